@@ -1,0 +1,116 @@
+package v1alpha1
+
+// Condition types and reasons set by the turnlog controllers. Reasons are
+// CamelCase and stable so that alerts and scripts can match on them.
+const (
+	// ConditionReady is True when the Session's log is readable and its
+	// derived data (assembly, replay) is current with the log head.
+	ConditionReady = "Ready"
+	// ConditionAssembled is True when every finished response through the
+	// head is assembled.
+	ConditionAssembled = "Assembled"
+	// ConditionReplayDegraded is True when the last replay degraded at least
+	// one message to provider-neutral form.
+	ConditionReplayDegraded = "ReplayDegraded"
+
+	// ConditionSucceeded is the run-to-completion condition of a
+	// SessionFork: Unknown while in progress, then True or False.
+	ConditionSucceeded = "Succeeded"
+)
+
+// SessionFork Succeeded reasons.
+const (
+	// ReasonForking: the fork is in progress.
+	ReasonForking = "Forking"
+	// ReasonForked: the child Session exists with the source's prefix.
+	ReasonForked = "Forked"
+	// ReasonTurnInProgress: the anchor lies in a turn that has not ended
+	// yet; the fork completes when its turn/end arrives.
+	ReasonTurnInProgress = "TurnInProgress"
+	// ReasonSourceNotFound: the source Session does not exist.
+	ReasonSourceNotFound = "SourceNotFound"
+	// ReasonAnchorBeyondHead: the anchor is past the last event of the
+	// source's log.
+	ReasonAnchorBeyondHead = "AnchorBeyondHead"
+	// ReasonTargetExists: a Session with the target name exists and is not
+	// this fork's child.
+	ReasonTargetExists = "TargetExists"
+	// ReasonInvalidAtSeq: atSeq could not be parsed (normally refused by
+	// the API server already).
+	ReasonInvalidAtSeq = "InvalidAtSeq"
+)
+
+// Labels and annotations turnlog puts on objects.
+const (
+	// LabelForkSource names the source Session on a forked child.
+	LabelForkSource = "turnlog.dev/fork-source"
+	// LabelFork names the SessionFork that created a child Session.
+	LabelFork = "turnlog.dev/fork"
+	// AnnotationRequestedAt nudges the Session controller to look at the log
+	// now (set by `turnlog import` and `turnlog append` after a write).
+	AnnotationRequestedAt = "turnlog.dev/requested-at"
+)
+
+// Session condition reasons.
+const (
+	// ReasonCurrent: status and derived data are current with the log.
+	ReasonCurrent = "Current"
+	// ReasonEmptyLog: the log has no events yet.
+	ReasonEmptyLog = "EmptyLog"
+	// ReasonWorkPending: a worker run is scheduled or running to catch up
+	// with the log.
+	ReasonWorkPending = "WorkPending"
+	// ReasonSeeding: a forked Session whose log is still being copied from
+	// its source.
+	ReasonSeeding = "Seeding"
+	// ReasonStoreUnavailable: the object store could not be read; the
+	// controller retries.
+	ReasonStoreUnavailable = "StoreUnavailable"
+	// ReasonWorkerFailed: a worker run failed; it is retried with backoff.
+	ReasonWorkerFailed = "WorkerFailed"
+	// ReasonAssembled: every finished turn is assembled.
+	ReasonAssembled = "Assembled"
+	// ReasonAssemblyPending: turns ended that are not assembled yet.
+	ReasonAssemblyPending = "AssemblyPending"
+	// ReasonMessagesDegraded: replay used at least one message
+	// provider-neutral because its replay state was unusable.
+	ReasonMessagesDegraded = "MessagesDegraded"
+	// ReasonNoneDegraded: every message's replay state was usable.
+	ReasonNoneDegraded = "NoneDegraded"
+	// ReasonReplayPending: the transcript has not been replayed through the
+	// last turn yet.
+	ReasonReplayPending = "ReplayPending"
+)
+
+// Event reasons, as listed by
+// `kubectl get events --field-selector reason=ReplayDegraded`.
+const (
+	// EventReplayDegraded (Warning, on the Session): one message was replayed
+	// provider-neutral; the note names its seq, cause and adapter.
+	EventReplayDegraded = "ReplayDegraded"
+	// EventEnvelopeDiscarded (Warning, on the Session): assembly discarded a
+	// response's replay envelope that did not line up with its blocks.
+	EventEnvelopeDiscarded = "EnvelopeDiscarded"
+	// EventAssembled (Normal, on the Session): an assembly run finished.
+	EventAssembled = "Assembled"
+	// EventReplayed (Normal, on the Session): a replay run finished.
+	EventReplayed = "Replayed"
+	// EventWorkerFailed (Warning, on the Session): a worker run failed.
+	EventWorkerFailed = "WorkerFailed"
+	// EventForked (Normal, on the SessionFork): the child Session is seeded.
+	EventForked = "Forked"
+	// EventForkFailed (Warning, on the SessionFork): the fork failed for good.
+	EventForkFailed = "ForkFailed"
+)
+
+// More labels and the finalizer.
+const (
+	// LabelSession holds the UID of the Session a worker Job works for (a
+	// UID, unlike a name, always fits in a label value).
+	LabelSession = "turnlog.dev/session"
+	// LabelTask is the worker task of a Job: assemble or replay.
+	LabelTask = "turnlog.dev/task"
+	// FinalizerRetention holds a Session until its objects in storage are
+	// deleted or retained according to spec.retention.
+	FinalizerRetention = "turnlog.dev/retention"
+)

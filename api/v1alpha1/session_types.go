@@ -1,0 +1,241 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Adapter names the model endpoint a message was produced by, or the one a
+// transcript is replayed for. Replay is native only when api, provider and
+// model all match the message's own.
+type Adapter struct {
+	// Kind is the adapter family that wrote the replay state, e.g. "pi-ai".
+	// +kubebuilder:validation:MaxLength=63
+	// +optional
+	Kind string `json:"kind,omitempty"`
+	// API is the wire API, e.g. "anthropic-messages" or "openai-responses".
+	// +kubebuilder:validation:MaxLength=128
+	// +optional
+	API string `json:"api,omitempty"`
+	// Provider is the model provider, e.g. "anthropic".
+	// +kubebuilder:validation:MaxLength=128
+	// +optional
+	Provider string `json:"provider,omitempty"`
+	// Model is the model identifier, e.g. "claude-sonnet-4-5".
+	// +kubebuilder:validation:MaxLength=256
+	// +optional
+	Model string `json:"model,omitempty"`
+}
+
+// SessionStorage overrides where a Session's log is kept.
+type SessionStorage struct {
+	// URL of the bucket holding the log, e.g. "s3://bucket?region=eu-west-1",
+	// "gs://bucket", "azblob://container" or "file:///var/lib/turnlog".
+	// Empty means the manager's default store.
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(s3|gs|azblob|file|mem)://')",message="storage.url must start with s3://, gs://, azblob://, file:// or mem://"
+	// +optional
+	URL string `json:"url,omitempty"`
+	// Prefix is prepended to every object key of this Session.
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('/') && !self.contains('..')",message="storage.prefix must be relative and must not contain '..'"
+	// +optional
+	Prefix string `json:"prefix,omitempty"`
+}
+
+// RetentionPolicy says what happens to a Session's objects in storage when
+// the Session is deleted.
+// +kubebuilder:validation:Enum=Delete;Retain
+type RetentionPolicy string
+
+const (
+	// RetentionDelete removes the Session's log and derived data.
+	RetentionDelete RetentionPolicy = "Delete"
+	// RetentionRetain keeps every object in storage.
+	RetentionRetain RetentionPolicy = "Retain"
+)
+
+// ForkOrigin records which Session and which cut a forked Session was seeded
+// from. Only the SessionFork controller sets it.
+type ForkOrigin struct {
+	// Session is the name of the source Session.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Session string `json:"session"`
+	// UID of the source Session, so a later Session reusing the name is not
+	// mistaken for the source.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	UID string `json:"uid,omitempty"`
+	// Fork is the name of the SessionFork that created this Session.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Fork string `json:"fork,omitempty"`
+	// AnchorSeq is the fork's floored atSeq.
+	// +kubebuilder:validation:Minimum=0
+	AnchorSeq int64 `json:"anchorSeq"`
+	// CutSeq is the seq of the turn/end the child's log ends with.
+	// +kubebuilder:validation:Minimum=0
+	CutSeq int64 `json:"cutSeq"`
+}
+
+// SessionSpec is the desired state of a Session.
+// +kubebuilder:validation:XValidation:rule="has(oldSelf.forkedFrom) == has(self.forkedFrom)",message="forkedFrom is set only when a SessionFork creates the Session and cannot be added or removed later"
+type SessionSpec struct {
+	// Adapter is the target replay is built for. Fields left empty default
+	// to the adapter of the log's session/start event.
+	// +optional
+	Adapter Adapter `json:"adapter,omitempty"`
+	// Storage overrides the manager's default object store.
+	// +optional
+	Storage *SessionStorage `json:"storage,omitempty"`
+	// Retention says whether the log is deleted with the Session.
+	// +kubebuilder:default=Delete
+	// +optional
+	Retention RetentionPolicy `json:"retention,omitempty"`
+	// ForkedFrom is set by the SessionFork controller on the Sessions it
+	// creates; it is immutable.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="forkedFrom is immutable"
+	// +optional
+	ForkedFrom *ForkOrigin `json:"forkedFrom,omitempty"`
+}
+
+// TurnEnd is the last turn/end event of the log.
+type TurnEnd struct {
+	// Seq of the turn/end event.
+	Seq int64 `json:"seq"`
+	// Turn number that ended.
+	Turn int64 `json:"turn"`
+	// Reason the turn ended: stop, length, toolUse, error or aborted.
+	// +kubebuilder:validation:MaxLength=32
+	Reason string `json:"reason"`
+}
+
+// MaxDegradedSeqs caps each list of degraded seqs kept in status, so a badly
+// degraded Session cannot grow its object without bound.
+const MaxDegradedSeqs = 20
+
+// DegradedSeqs lists the seqs of degraded messages by cause, each list
+// capped at MaxDegradedSeqs (the counts in ReplaySummary stay exact).
+type DegradedSeqs struct {
+	// Kind: replay state written by another adapter kind.
+	// +kubebuilder:validation:MaxItems=20
+	// +optional
+	Kind []int64 `json:"kind,omitempty"`
+	// Version: replay state of another version, such as the legacy flat form.
+	// +kubebuilder:validation:MaxItems=20
+	// +optional
+	Version []int64 `json:"version,omitempty"`
+	// Malformed: replay state that could not be read.
+	// +kubebuilder:validation:MaxItems=20
+	// +optional
+	Malformed []int64 `json:"malformed,omitempty"`
+	// Shape: per-block entries that no longer match the message's content.
+	// +kubebuilder:validation:MaxItems=20
+	// +optional
+	Shape []int64 `json:"shape,omitempty"`
+}
+
+// ReplaySummary summarises the last replay of the transcript.
+type ReplaySummary struct {
+	// ThroughSeq is the last seq the transcript was built through.
+	ThroughSeq int64 `json:"throughSeq"`
+	// Adapter the transcript was replayed for.
+	// +optional
+	Adapter Adapter `json:"adapter,omitempty"`
+	// Native counts assistant messages replayed with their provider metadata.
+	Native int64 `json:"native"`
+	// Foreign counts assistant messages replayed provider-neutral.
+	Foreign int64 `json:"foreign"`
+	// Degraded counts the foreign messages whose replay state was unusable.
+	Degraded int64 `json:"degraded"`
+	// DegradedSeqs lists the degraded messages by cause (capped).
+	// +optional
+	DegradedSeqs DegradedSeqs `json:"degradedSeqs,omitempty"`
+}
+
+// WorkerRun is one assembly or replay run over a Session's log.
+type WorkerRun struct {
+	// Task is assemble or replay.
+	// +kubebuilder:validation:Enum=assemble;replay
+	Task string `json:"task"`
+	// Name of the run; in pod worker mode, the name of its Job.
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// Failures counts the failed attempts of this run so far.
+	// +optional
+	Failures int32 `json:"failures,omitempty"`
+	// Message says why the last attempt failed.
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// SessionStatus is the observed state of a Session, summarising its log.
+type SessionStatus struct {
+	// ObservedGeneration is the generation the status was computed for.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Location is where the log lives: the store URL and the object prefix.
+	// +kubebuilder:validation:MaxLength=2048
+	// +optional
+	Location string `json:"location,omitempty"`
+	// HeadSeq is the seq of the last event in the log; absent for an empty log.
+	// +optional
+	HeadSeq *int64 `json:"headSeq,omitempty"`
+	// Turns is the number of turns the log has started.
+	// +optional
+	Turns int64 `json:"turns,omitempty"`
+	// LastTurnEnd is the most recent turn/end event.
+	// +optional
+	LastTurnEnd *TurnEnd `json:"lastTurnEnd,omitempty"`
+	// AssembledThroughSeq is the last seq whose responses are assembled.
+	// +optional
+	AssembledThroughSeq *int64 `json:"assembledThroughSeq,omitempty"`
+	// EnvelopesDiscarded counts responses whose replay envelope assembly
+	// discarded because it did not line up with the streamed blocks.
+	// +optional
+	EnvelopesDiscarded int64 `json:"envelopesDiscarded,omitempty"`
+	// Replay summarises the last replay.
+	// +optional
+	Replay *ReplaySummary `json:"replay,omitempty"`
+	// Worker is the worker run the controller waits for, or the last one
+	// that failed; absent when no work is outstanding.
+	// +optional
+	Worker *WorkerRun `json:"worker,omitempty"`
+	// Conditions: Ready, Assembled, ReplayDegraded.
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=8
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Session is one agent conversation whose turn log lives in object storage.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=sess,categories=turnlog
+// +kubebuilder:printcolumn:name="Head",type=integer,JSONPath=`.status.headSeq`,description="Seq of the last event in the log"
+// +kubebuilder:printcolumn:name="Turns",type=integer,JSONPath=`.status.turns`
+// +kubebuilder:printcolumn:name="Last End",type=string,JSONPath=`.status.lastTurnEnd.reason`,description="Reason the last turn ended"
+// +kubebuilder:printcolumn:name="Degraded",type=integer,JSONPath=`.status.replay.degraded`,description="Messages replayed without their provider metadata"
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Session struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   SessionSpec   `json:"spec,omitempty"`
+	Status SessionStatus `json:"status,omitempty"`
+}
+
+// SessionList is a list of Sessions.
+// +kubebuilder:object:root=true
+type SessionList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Session `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&Session{}, &SessionList{})
+}

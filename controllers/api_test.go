@@ -1,0 +1,179 @@
+package controllers
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+)
+
+// The API as a user meets it through kubectl: what the CRDs accept, refuse
+// and print, before any controller runs.
+var _ = Describe("turnlog.dev/v1alpha1 API", func() {
+	var ns string
+
+	BeforeEach(func() {
+		namespace := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "api-"}}
+		Expect(k8sClient.Create(ctx, namespace)).To(Succeed())
+		ns = namespace.Name
+	})
+
+	newFork := func(name, atSeq string) *turnlogv1.SessionFork {
+		return &turnlogv1.SessionFork{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: turnlogv1.SessionForkSpec{
+				Source: turnlogv1.SessionReference{Name: "support-chat"},
+				AtSeq:  atSeq,
+			},
+		}
+	}
+
+	It("accepts the samples in config/samples", func() {
+		session := &turnlogv1.Session{}
+		fork := &turnlogv1.SessionFork{}
+		for file, obj := range map[string]client.Object{
+			"turnlog_v1alpha1_session.yaml":     session,
+			"turnlog_v1alpha1_sessionfork.yaml": fork,
+		} {
+			data, err := os.ReadFile(filepath.Join("..", "config", "samples", file))
+			Expect(err).NotTo(HaveOccurred())
+			Expect(yaml.UnmarshalStrict(data, obj)).To(Succeed(), file)
+			obj.SetNamespace(ns)
+			Expect(k8sClient.Create(ctx, obj)).To(Succeed(), file)
+		}
+		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(session), session)).To(Succeed())
+		Expect(session.Spec.Retention).To(Equal(turnlogv1.RetentionDelete))
+		Expect(fork.Spec.AtSeq).To(Equal("15.1"))
+	})
+
+	It("defaults retention to Delete", func() {
+		session := &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: ns}}
+		Expect(k8sClient.Create(ctx, session)).To(Succeed())
+		Expect(session.Spec.Retention).To(Equal(turnlogv1.RetentionDelete))
+	})
+
+	DescribeTable("accepts non-negative decimal atSeq values",
+		func(atSeq string) {
+			Expect(k8sClient.Create(ctx, newFork(fmt.Sprintf("ok-%d", len(atSeq)), atSeq))).To(Succeed())
+		},
+		Entry("zero", "0"),
+		Entry("an event seq", "41"),
+		Entry("a frozen node", "41.1"),
+		Entry("20 integer digits", "99999999999999999999"),
+	)
+
+	DescribeTable("refuses bad atSeq values with a message a user understands",
+		func(atSeq string) {
+			err := k8sClient.Create(ctx, newFork("bad", atSeq))
+			Expect(apierrors.IsInvalid(err)).To(BeTrue(), "got %v", err)
+			Expect(err.Error()).To(ContainSubstring("spec.atSeq"))
+			Expect(err.Error()).To(ContainSubstring(`atSeq must be a non-negative decimal such as "41" or "41.1"`))
+		},
+		Entry("negative", "-1"),
+		Entry("negative fraction", "-0.5"),
+		Entry("exponent", "1e3"),
+		Entry("NaN", "NaN"),
+		Entry("infinity", "Inf"),
+		Entry("empty", ""),
+		Entry("21 integer digits", "123456789012345678901"),
+		Entry("leading space", " 41"),
+		Entry("trailing dot", "41."),
+		Entry("leading dot", ".5"),
+		Entry("sign", "+41"),
+	)
+
+	It("keeps a SessionFork's spec immutable", func() {
+		fork := newFork("immutable", "41.1")
+		Expect(k8sClient.Create(ctx, fork)).To(Succeed())
+		fork.Spec.AtSeq = "42"
+		err := k8sClient.Update(ctx, fork)
+		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "got %v", err)
+		Expect(err.Error()).To(ContainSubstring("SessionFork spec is immutable"))
+	})
+
+	It("refuses forkedFrom added to an existing Session", func() {
+		session := &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Name: "not-a-child", Namespace: ns}}
+		Expect(k8sClient.Create(ctx, session)).To(Succeed())
+		session.Spec.ForkedFrom = &turnlogv1.ForkOrigin{Session: "other", AnchorSeq: 1, CutSeq: 3}
+		err := k8sClient.Update(ctx, session)
+		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "got %v", err)
+		Expect(err.Error()).To(ContainSubstring("forkedFrom is set only when a SessionFork creates the Session"))
+	})
+
+	It("writes status only through the status subresource", func() {
+		session := &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Name: "with-status", Namespace: ns}}
+		Expect(k8sClient.Create(ctx, session)).To(Succeed())
+
+		head := int64(45)
+		session.Status.HeadSeq = &head
+		Expect(k8sClient.Update(ctx, session)).To(Succeed())
+		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(session), session)).To(Succeed())
+		Expect(session.Status.HeadSeq).To(BeNil(), "a spec update must not write status")
+
+		session.Status = turnlogv1.SessionStatus{
+			HeadSeq:     &head,
+			Turns:       7,
+			LastTurnEnd: &turnlogv1.TurnEnd{Seq: 45, Turn: 7, Reason: "aborted"},
+			Replay:      &turnlogv1.ReplaySummary{ThroughSeq: 45, Native: 5, Foreign: 2, Degraded: 1},
+		}
+		meta.SetStatusCondition(&session.Status.Conditions, metav1.Condition{
+			Type: turnlogv1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Replayed", Message: "transcript current through seq 45",
+		})
+		Expect(k8sClient.Status().Update(ctx, session)).To(Succeed())
+		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(session), session)).To(Succeed())
+		Expect(*session.Status.HeadSeq).To(Equal(int64(45)))
+		Expect(meta.IsStatusConditionTrue(session.Status.Conditions, turnlogv1.ConditionReady)).To(BeTrue())
+
+		By("showing the status in kubectl's printer columns")
+		out := kubectl("get", "sess", "with-status", "-n", ns)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		Expect(lines).To(HaveLen(2))
+		Expect(strings.Fields(lines[0])).To(Equal([]string{"NAME", "HEAD", "TURNS", "LAST", "END", "DEGRADED", "READY", "AGE"}))
+		Expect(strings.Fields(lines[1])[:6]).To(Equal([]string{"with-status", "45", "7", "aborted", "1", "True"}))
+	})
+
+	It("prints a SessionFork's source, atSeq, cut, child and outcome", func() {
+		fork := newFork("printed", "15.1")
+		Expect(k8sClient.Create(ctx, fork)).To(Succeed())
+		cut := int64(17)
+		fork.Status.CutSeq = &cut
+		fork.Status.ChildName = "printed"
+		meta.SetStatusCondition(&fork.Status.Conditions, metav1.Condition{
+			Type: turnlogv1.ConditionSucceeded, Status: metav1.ConditionTrue, Reason: turnlogv1.ReasonForked, Message: "child Session printed holds seq 0..17",
+		})
+		Expect(k8sClient.Status().Update(ctx, fork)).To(Succeed())
+
+		out := kubectl("get", "sfork", "-n", ns)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		Expect(lines).To(HaveLen(2))
+		Expect(strings.Fields(lines[0])).To(Equal([]string{"NAME", "SOURCE", "AT", "CUT", "CHILD", "SUCCEEDED", "AGE"}))
+		Expect(strings.Fields(lines[1])[:6]).To(Equal([]string{"printed", "support-chat", "15.1", "17", "printed", "True"}))
+
+		By("listing both kinds under the turnlog category")
+		Expect(kubectl("get", "turnlog", "-n", ns, "-o", "name")).To(ContainSubstring("sessionfork.turnlog.dev/printed"))
+	})
+})
+
+// kubectl runs the control plane's kubectl against the test API server as
+// an admin and returns its stdout.
+func kubectl(args ...string) string {
+	GinkgoHelper()
+	cmd := exec.Command(filepath.Join(controlPlaneDir(), "kubectl"), append([]string{"--kubeconfig", kubeconfigPath}, args...)...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	Expect(err).NotTo(HaveOccurred(), "kubectl %s: %s", strings.Join(args, " "), stderr.String())
+	return string(out)
+}

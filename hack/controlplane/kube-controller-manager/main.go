@@ -1,0 +1,12 @@
+// Command kube-controller-manager runs the upstream controllers (Jobs, garbage
+// collection) that end-to-end tests rely on.
+package main
+
+import (
+	"os"
+
+	"k8s.io/component-base/cli"
+	"k8s.io/kubernetes/cmd/kube-controller-manager/app"
+)
+
+func main() { os.Exit(cli.Run(app.NewControllerManagerCommand())) }
