@@ -11,14 +11,26 @@ ENVTEST_ROOT="${ENVTEST_ROOT:-$HOME/.local/share/kubebuilder-envtest}"
 BIN_DIR="${CONTROL_PLANE_DIR:-$ENVTEST_ROOT/k8s/$K8S_VERSION-linux-amd64}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
+# reports prints a binary's version output; it is captured whole before
+# matching because `grep -q` under pipefail can fail a pipeline by closing it
+# early (SIGPIPE) and trigger a needless rebuild.
+reports() {
+	local want="$1"; shift
+	local out
+	out="$("$@" 2>/dev/null)" || return 1
+	[[ "$out" == *"$want"* ]]
+}
+
 installed_ok() {
-	[[ -x "$BIN_DIR/kube-apiserver" && -x "$BIN_DIR/etcd" && -x "$BIN_DIR/kubectl" \
-		&& -x "$BIN_DIR/kube-controller-manager" && -x "$BIN_DIR/kube-scheduler" ]] || return 1
-	"$BIN_DIR/kube-apiserver" --version 2>/dev/null | grep -qx "Kubernetes v$K8S_VERSION" || return 1
-	"$BIN_DIR/kube-controller-manager" --version 2>/dev/null | grep -qx "Kubernetes v$K8S_VERSION" || return 1
-	"$BIN_DIR/kube-scheduler" --version 2>/dev/null | grep -qx "Kubernetes v$K8S_VERSION" || return 1
-	"$BIN_DIR/kubectl" version --client 2>/dev/null | grep -q "Client Version: v$K8S_VERSION" || return 1
-	"$BIN_DIR/etcd" --version 2>/dev/null | grep -q "etcd Version: $ETCD_VERSION" || return 1
+	local b
+	for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+		[[ -x "$BIN_DIR/$b" ]] || return 1
+	done
+	reports "Kubernetes v$K8S_VERSION" "$BIN_DIR/kube-apiserver" --version || return 1
+	reports "Kubernetes v$K8S_VERSION" "$BIN_DIR/kube-controller-manager" --version || return 1
+	reports "Kubernetes v$K8S_VERSION" "$BIN_DIR/kube-scheduler" --version || return 1
+	reports "Client Version: v$K8S_VERSION" "$BIN_DIR/kubectl" version --client || return 1
+	reports "etcd Version: $ETCD_VERSION" "$BIN_DIR/etcd" --version || return 1
 }
 
 if [[ "${1:-}" == "--print-dir" ]]; then
