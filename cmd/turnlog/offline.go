@@ -1,0 +1,228 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/turnlog/turnlog/internal/assembler"
+	"github.com/turnlog/turnlog/internal/forkcut"
+	"github.com/turnlog/turnlog/internal/replay"
+	"github.com/turnlog/turnlog/internal/turnlog"
+)
+
+// The offline commands: the worker's assembly, replay and fork cut, run on a
+// log file so a session can be debugged without a cluster.
+func init() {
+	register("assemble", "assemble each response into a pi-ai assistant message (JSON)", runAssemble)
+	register("replay", "build the model transcript through a seq for a target adapter (JSON)", runReplay)
+	register("fork-point", "find where a fork at --at cuts the log (JSON)", runForkPoint)
+	register("cut", "write the log a fork at --at would start with (JSON Lines)", runCut)
+	register("validate", "report every structural problem of a log, by line", runValidate)
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// withLog opens the log argument and calls f with a structure-checking reader.
+// Errors name the log.
+func withLog(name string, stdin io.Reader, f func(r *turnlog.Reader) error) error {
+	in, err := openLog(name, stdin)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	if err := f(turnlog.NewReader(in)); err != nil {
+		return fmt.Errorf("%s: %w", logName(name), err)
+	}
+	return nil
+}
+
+func runAssemble(_ context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := newFlagSet("assemble", "FILE|-", stderr)
+	name, code, ok := oneLogArg(fs, args)
+	if !ok {
+		return code
+	}
+	var res assembler.Result
+	err := withLog(name, stdin, func(r *turnlog.Reader) (err error) {
+		res, err = assembler.Assemble(r)
+		return err
+	})
+	if err == nil {
+		err = writeJSON(stdout, res)
+	}
+	if err != nil {
+		return fail(stderr, fs.Name(), err)
+	}
+	return 0
+}
+
+func runReplay(_ context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := newFlagSet("replay", "FILE|-", stderr)
+	through := fs.Int64("through", -1, "last seq to replay; negative for the whole log")
+	var target turnlog.Adapter
+	fs.StringVar(&target.Kind, "kind", "", "target adapter kind (default: the session/start adapter's)")
+	fs.StringVar(&target.API, "api", "", "target api (default: the session/start adapter's)")
+	fs.StringVar(&target.Provider, "provider", "", "target provider (default: the session/start adapter's)")
+	fs.StringVar(&target.Model, "model", "", "target model (default: the session/start adapter's)")
+	name, code, ok := oneLogArg(fs, args)
+	if !ok {
+		return code
+	}
+	out := struct {
+		replay.Result
+		Diagnostics []replay.Diagnostic `json:"diagnostics"`
+	}{Diagnostics: []replay.Diagnostic{}}
+	opts := replay.Options{
+		Target:    target,
+		Through:   *through,
+		OnDegrade: func(d replay.Diagnostic) { out.Diagnostics = append(out.Diagnostics, d) },
+	}
+	if opts.Through < 0 {
+		opts.Through = replay.Head
+	}
+	err := withLog(name, stdin, func(r *turnlog.Reader) (err error) {
+		out.Result, err = replay.Transcript(r, opts)
+		return err
+	})
+	if err == nil {
+		err = writeJSON(stdout, out)
+	}
+	if err != nil {
+		return fail(stderr, fs.Name(), err)
+	}
+	return 0 // a degraded message is a diagnostic, not a failure
+}
+
+// forkFlags parses the arguments shared by fork-point and cut.
+func forkFlags(name string, args []string, stderr io.Writer) (atSeq, log string, code int, ok bool) {
+	fs := newFlagSet(name, "--at SEQ FILE|-", stderr)
+	at := fs.String("at", "", `fork position: a non-negative decimal seq such as "41" or "41.1"`)
+	log, code, ok = oneLogArg(fs, args)
+	if !ok {
+		return "", "", code, false
+	}
+	if !isFlagSet(fs, "at") {
+		fmt.Fprintf(stderr, "turnlog %s: --at is required\n", name)
+		fs.Usage()
+		return "", "", 2, false
+	}
+	if _, err := forkcut.ParseAtSeq(*at); err != nil {
+		return "", "", fail(stderr, name, fmt.Errorf("--at: %w", err)), false
+	}
+	return *at, log, 0, true
+}
+
+func runForkPoint(_ context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	atSeq, name, code, ok := forkFlags("fork-point", args, stderr)
+	if !ok {
+		return code
+	}
+	var p forkcut.Point
+	err := withLog(name, stdin, func(r *turnlog.Reader) (err error) {
+		p, err = forkcut.Find(r, atSeq)
+		return err
+	})
+	if err == nil {
+		err = writeJSON(stdout, p)
+	}
+	if err != nil {
+		return fail(stderr, "fork-point", err)
+	}
+	return 0
+}
+
+func runCut(_ context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	atSeq, name, code, ok := forkFlags("cut", args, stderr)
+	if !ok {
+		return code
+	}
+	// The cut is found before anything is written, so a fork that cannot cut
+	// leaves no partial child behind; standard input is spooled to read it twice.
+	if name == "-" {
+		spool, err := spoolStdin(stdin)
+		if err != nil {
+			return fail(stderr, "cut", fmt.Errorf("stdin: %w", err))
+		}
+		defer os.Remove(spool)
+		name = spool
+	}
+	var p forkcut.Point
+	err := withLog(name, nil, func(r *turnlog.Reader) (err error) {
+		p, err = forkcut.Find(r, atSeq)
+		return err
+	})
+	if err == nil {
+		out := bufio.NewWriter(stdout)
+		err = withLog(name, nil, func(r *turnlog.Reader) error {
+			return forkcut.WriteChild(r, turnlog.NewWriter(out), p)
+		})
+		if err == nil {
+			err = out.Flush()
+		}
+	}
+	if err != nil {
+		return fail(stderr, "cut", err)
+	}
+	return 0
+}
+
+func spoolStdin(stdin io.Reader) (string, error) {
+	f, err := os.CreateTemp("", "turnlog-cut-*.jsonl")
+	if err != nil {
+		return "", err
+	}
+	_, err = io.Copy(f, stdin)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return "", err
+	}
+	return f.Name(), nil
+}
+
+func runValidate(_ context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := newFlagSet("validate", "FILE|-", stderr)
+	name, code, ok := oneLogArg(fs, args)
+	if !ok {
+		return code
+	}
+	problems, events := 0, 0
+	err := withLog(name, stdin, func(r *turnlog.Reader) error {
+		for {
+			_, err := r.Next()
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			if _, ok := errors.AsType[*turnlog.LineError](err); ok {
+				problems++
+				fmt.Fprintf(stdout, "%s: %v\n", logName(name), err)
+				continue // the reader resumes at the next line
+			}
+			if err != nil {
+				return err
+			}
+			events++
+		}
+	})
+	if err != nil {
+		return fail(stderr, fs.Name(), err)
+	}
+	if problems > 0 {
+		fmt.Fprintf(stderr, "turnlog validate: %s: %d problem(s)\n", logName(name), problems)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s: valid, %d events\n", logName(name), events)
+	return 0
+}

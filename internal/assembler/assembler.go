@@ -1,0 +1,410 @@
+// Package assembler turns the streamed chunks of a response and its
+// response/finish into a durable pi-ai assistant message.
+//
+// Assembly makes one keep/drop decision per emitted block (keep) and applies
+// it to the content blocks and to the replay envelope's per-block entries
+// together, so a transformation can never leave metadata describing blocks
+// that are no longer there: that mismatch once made every later request of a
+// session fail. An envelope that does not line up with the emitted blocks is
+// discarded whole rather than published with misattributed signatures.
+//
+// Assembly is a pure function of the events: the same events give the same
+// messages, byte for byte.
+package assembler
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/turnlog/turnlog/internal/turnlog"
+)
+
+// Diagnostic codes.
+const (
+	// CodeEnvelopeMisaligned: the envelope's entries do not line up with the
+	// emitted blocks; the envelope was discarded and the message stored
+	// without replay state.
+	CodeEnvelopeMisaligned = "ENVELOPE_MISALIGNED"
+	// CodeInvalidToolArguments: a kept tool call's arguments are not a JSON
+	// object; the call was kept with {} as its arguments.
+	CodeInvalidToolArguments = "INVALID_TOOL_ARGUMENTS"
+	// CodeUnknownBlockType: a block of a type this version cannot assemble
+	// was dropped (with its envelope entry).
+	CodeUnknownBlockType = "UNKNOWN_BLOCK_TYPE"
+	// CodeInconsistentStream: an event contradicts the stream so far (a chunk
+	// after the finish, a second finish, a block changing type); it was ignored.
+	CodeInconsistentStream = "INCONSISTENT_STREAM"
+)
+
+// Diagnostic reports something assembly did about an event.
+type Diagnostic struct {
+	Code    string `json:"code"`
+	Seq     int64  `json:"seq"`
+	Message string `json:"message"`
+}
+
+// Assembled is the assistant message of one response. Seq is the seq of its
+// response/finish.
+type Assembled struct {
+	Seq      int64                    `json:"seq"`
+	Turn     int64                    `json:"turn"`
+	Response int                      `json:"response"`
+	Message  turnlog.AssistantMessage `json:"message"`
+}
+
+// Partial is the frozen partial text of a response that never completed: no
+// response/finish before its turn ended (StopReason empty), or a finish with
+// stopReason aborted or error. A UI may show it; it never becomes an
+// assistant message. Seq is the response's last event.
+type Partial struct {
+	Seq        int64                  `json:"seq"`
+	Turn       int64                  `json:"turn"`
+	Response   int                    `json:"response"`
+	StopReason turnlog.StopReason     `json:"stopReason,omitempty"`
+	Content    []turnlog.ContentBlock `json:"content"`
+}
+
+// Output is what one event produced.
+type Output struct {
+	Message     *Assembled
+	Partials    []Partial
+	Diagnostics []Diagnostic
+}
+
+// Result is the assembly of a whole log.
+type Result struct {
+	Messages    []Assembled  `json:"messages"`
+	Partials    []Partial    `json:"partials"`
+	Diagnostics []Diagnostic `json:"diagnostics"`
+}
+
+func (r *Result) add(o Output) {
+	if o.Message != nil {
+		r.Messages = append(r.Messages, *o.Message)
+	}
+	r.Partials = append(r.Partials, o.Partials...)
+	r.Diagnostics = append(r.Diagnostics, o.Diagnostics...)
+}
+
+func newResult() Result {
+	return Result{Messages: []Assembled{}, Partials: []Partial{}, Diagnostics: []Diagnostic{}}
+}
+
+// AssembleLog assembles every response of a log held in memory. Responses
+// still streaming at the end are reported as partial.
+func AssembleLog(events []turnlog.Event) Result {
+	res := newResult()
+	a := New(turnlog.Adapter{})
+	for i := range events {
+		res.add(a.Add(&events[i]))
+	}
+	res.add(a.Flush())
+	return res
+}
+
+// Assemble assembles every response of a log read from src, holding only
+// the open turn's stream in memory.
+func Assemble(src turnlog.Source) (Result, error) {
+	res := newResult()
+	a := New(turnlog.Adapter{})
+	for {
+		e, err := src.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return Result{}, err
+		}
+		res.add(a.Add(&e))
+	}
+	res.add(a.Flush())
+	return res, nil
+}
+
+// Assembler assembles a log event by event, holding only the responses of
+// the open turn. Responses never span turns, so assembly can start at any
+// turn/start, e.g. from a checkpoint.
+type Assembler struct {
+	session   turnlog.Adapter
+	responses []*response // of the open turn, in start order
+}
+
+// New returns an Assembler. session is the adapter of responses that do not
+// name one; a session/start event replaces it.
+func New(session turnlog.Adapter) *Assembler {
+	return &Assembler{session: session}
+}
+
+// Add consumes the next event of the log.
+func (a *Assembler) Add(e *turnlog.Event) Output {
+	switch e.Type {
+	case turnlog.TypeSessionStart:
+		p, _ := e.SessionStart()
+		a.session = p.Adapter
+	case turnlog.TypeTurnStart:
+		return a.Flush() // a turn left open (a broken log) freezes what it streamed
+	case turnlog.TypeResponseStart:
+		p, _ := e.ResponseStart()
+		if a.find(e.Turn, p.Response) != nil {
+			return diagnostic(CodeInconsistentStream, e.Seq, "response %d of turn %d started twice; the second start is ignored", p.Response, e.Turn)
+		}
+		r := a.start(e, p.Response)
+		if p.Adapter != (turnlog.Adapter{}) {
+			r.adapter = p.Adapter
+		}
+	case turnlog.TypeChunk:
+		p, _ := e.Chunk()
+		return a.chunk(e, p)
+	case turnlog.TypeResponseFinish:
+		p, _ := e.ResponseFinish()
+		return a.finish(e, p)
+	case turnlog.TypeTurnEnd:
+		return a.Flush()
+	}
+	return Output{}
+}
+
+// Flush freezes the responses still streaming — at a turn's end, or at the
+// end of the input — as partial text.
+func (a *Assembler) Flush() Output {
+	var out Output
+	for _, r := range a.responses {
+		if !r.finished {
+			out.Partials = append(out.Partials, r.partial(""))
+		}
+	}
+	a.responses = nil
+	return out
+}
+
+func (a *Assembler) find(turn int64, number int) *response {
+	for _, r := range a.responses {
+		if r.turn == turn && r.number == number {
+			return r
+		}
+	}
+	return nil
+}
+
+// start begins a response; chunks without a response/start begin one too.
+func (a *Assembler) start(e *turnlog.Event, number int) *response {
+	r := &response{turn: e.Turn, number: number, adapter: a.session, lastSeq: e.Seq}
+	a.responses = append(a.responses, r)
+	return r
+}
+
+func (a *Assembler) chunk(e *turnlog.Event, c turnlog.Chunk) Output {
+	r := a.find(e.Turn, c.Response)
+	if r == nil {
+		r = a.start(e, c.Response)
+	}
+	if r.finished {
+		return diagnostic(CodeInconsistentStream, e.Seq, "chunk for response %d after its response/finish is ignored", c.Response)
+	}
+	r.lastSeq = e.Seq
+	b := r.block(c.Block, c.Delta.Type)
+	if b.typ != c.Delta.Type {
+		return diagnostic(CodeInconsistentStream, e.Seq, "block %d of response %d is %s, a %s delta for it is ignored", c.Block, c.Response, b.typ, c.Delta.Type)
+	}
+	b.add(c.Delta)
+	return Output{}
+}
+
+func (a *Assembler) finish(e *turnlog.Event, f turnlog.ResponseFinish) Output {
+	r := a.find(e.Turn, f.Response)
+	if r == nil {
+		r = a.start(e, f.Response) // a response that streamed nothing
+	}
+	if r.finished {
+		return diagnostic(CodeInconsistentStream, e.Seq, "response %d of turn %d finished twice; the second finish is ignored", f.Response, e.Turn)
+	}
+	r.finished = true
+	r.lastSeq = e.Seq
+	if f.StopReason.Interrupted() {
+		return Output{Partials: []Partial{r.partial(f.StopReason)}}
+	}
+	return r.assemble(e, f)
+}
+
+func diagnostic(code string, seq int64, format string, args ...any) Output {
+	return Output{Diagnostics: []Diagnostic{{Code: code, Seq: seq, Message: fmt.Sprintf(format, args...)}}}
+}
+
+// response is one model call being streamed.
+type response struct {
+	turn     int64
+	number   int
+	adapter  turnlog.Adapter
+	blocks   []*streamBlock // in order of first chunk
+	finished bool
+	lastSeq  int64
+}
+
+// streamBlock is one block as the stream emitted it.
+type streamBlock struct {
+	index    int
+	typ      string
+	text     strings.Builder // text, thinking, or the concatenated argumentsDelta
+	redacted bool
+	id, name string
+}
+
+func (r *response) block(index int, typ string) *streamBlock {
+	for i := len(r.blocks) - 1; i >= 0; i-- { // chunks nearly always extend the last block
+		if r.blocks[i].index == index {
+			return r.blocks[i]
+		}
+	}
+	b := &streamBlock{index: index, typ: typ}
+	r.blocks = append(r.blocks, b)
+	return b
+}
+
+func (b *streamBlock) add(d turnlog.Delta) {
+	switch b.typ {
+	case turnlog.BlockText:
+		b.text.WriteString(d.Text)
+	case turnlog.BlockThinking:
+		b.text.WriteString(d.Thinking)
+		b.redacted = b.redacted || d.Redacted
+	case turnlog.BlockToolCall:
+		b.text.WriteString(d.ArgumentsDelta)
+		if b.id == "" {
+			b.id = d.ID
+		}
+		if b.name == "" {
+			b.name = d.Name
+		}
+	}
+}
+
+// keep is the single keep/drop decision of assembly, made once per emitted
+// block; its answer prunes the content block and the envelope entry alike.
+// Any future transformation of assembled content belongs here.
+func keep(b *streamBlock, stop turnlog.StopReason) bool {
+	switch b.typ {
+	case turnlog.BlockText, turnlog.BlockThinking:
+		return true
+	case turnlog.BlockToolCall:
+		// A call cut off at max tokens has truncated arguments: unsafe to run.
+		return stop != turnlog.StopReasonLength
+	}
+	return false // no content block can be built for a type this version does not know
+}
+
+func (r *response) assemble(e *turnlog.Event, f turnlog.ResponseFinish) Output {
+	var out Output
+	blocks := slices.SortedFunc(slices.Values(r.blocks), func(x, y *streamBlock) int { return cmp.Compare(x.index, y.index) })
+	kept := make([]bool, len(blocks))
+	content := []turnlog.ContentBlock{}
+	for i, b := range blocks {
+		kept[i] = keep(b, f.StopReason)
+		if !kept[i] {
+			if b.typ != turnlog.BlockToolCall {
+				out.Diagnostics = append(out.Diagnostics, Diagnostic{Code: CodeUnknownBlockType, Seq: e.Seq,
+					Message: fmt.Sprintf("block %d of response %d has type %q, which this version cannot assemble; dropped", b.index, r.number, b.typ)})
+			}
+			continue
+		}
+		cb, diag := b.contentBlock(e.Seq)
+		content = append(content, cb)
+		if diag != nil {
+			out.Diagnostics = append(out.Diagnostics, *diag)
+		}
+	}
+	state, diag := alignEnvelope(f.ReplayState, blocks, kept)
+	if diag != "" {
+		out.Diagnostics = append(out.Diagnostics, Diagnostic{Code: CodeEnvelopeMisaligned, Seq: e.Seq,
+			Message: fmt.Sprintf("response %d of turn %d: %s; replay state discarded", r.number, r.turn, diag)})
+	}
+	msg := turnlog.AssistantMessage{
+		Content:     content,
+		API:         r.adapter.API,
+		Provider:    r.adapter.Provider,
+		Model:       r.adapter.Model,
+		Usage:       f.Usage,
+		StopReason:  f.StopReason,
+		ReplayState: state,
+	}
+	if t, err := time.Parse(time.RFC3339Nano, e.Time); err == nil {
+		msg.Timestamp = t.UnixMilli()
+	}
+	out.Message = &Assembled{Seq: e.Seq, Turn: r.turn, Response: r.number, Message: msg}
+	return out
+}
+
+func (b *streamBlock) contentBlock(seq int64) (turnlog.ContentBlock, *Diagnostic) {
+	switch b.typ {
+	case turnlog.BlockText:
+		return turnlog.ContentBlock{Type: b.typ, Text: b.text.String()}, nil
+	case turnlog.BlockThinking:
+		return turnlog.ContentBlock{Type: b.typ, Thinking: b.text.String(), Redacted: b.redacted}, nil
+	}
+	cb := turnlog.ContentBlock{Type: b.typ, ID: b.id, Name: b.name, Arguments: json.RawMessage("{}")}
+	args := bytes.TrimSpace([]byte(b.text.String()))
+	if len(args) == 0 {
+		return cb, nil // a call without arguments
+	}
+	if !json.Valid(args) || args[0] != '{' {
+		return cb, &Diagnostic{Code: CodeInvalidToolArguments, Seq: seq,
+			Message: fmt.Sprintf("tool call %q (%s, block %d): arguments are not a JSON object; kept with {}", b.id, b.name, b.index)}
+	}
+	cb.Arguments = args
+	return cb, nil
+}
+
+// alignEnvelope applies the keep decisions to the envelope's entries. It
+// returns the replay state to store and, when the envelope had to be
+// discarded, why.
+func alignEnvelope(raw json.RawMessage, blocks []*streamBlock, kept []bool) (json.RawMessage, string) {
+	if raw == nil {
+		return nil, ""
+	}
+	env, err := turnlog.ParseReplayEnvelope(raw)
+	if !env.HasBlocks {
+		return raw, "" // nothing indexed by block: replay decides whether the rest is usable
+	}
+	if perr, ok := errors.AsType[*turnlog.EnvelopeError](err); ok && strings.HasPrefix(perr.Field, "blocks") {
+		return nil, fmt.Sprintf("unreadable block entries (%v)", perr)
+	}
+	for i, b := range blocks {
+		if b.index != i {
+			return nil, fmt.Sprintf("the stream skipped block %d, so entries cannot be matched to blocks", i)
+		}
+	}
+	if len(env.Blocks) != len(blocks) {
+		return nil, fmt.Sprintf("envelope has %d block entries, the stream emitted %d blocks", len(env.Blocks), len(blocks))
+	}
+	for i, entry := range env.Blocks {
+		if !entry.IsNull() && entry.Type != blocks[i].typ {
+			return nil, fmt.Sprintf("entry %d is for a %s block, block %d is %s", i, entry.Type, i, blocks[i].typ)
+		}
+	}
+	if !slices.Contains(kept, false) {
+		return raw, ""
+	}
+	pruned, err := env.KeepBlocks(kept)
+	if err != nil {
+		return nil, err.Error()
+	}
+	return pruned, ""
+}
+
+func (r *response) partial(stop turnlog.StopReason) Partial {
+	p := Partial{Seq: r.lastSeq, Turn: r.turn, Response: r.number, StopReason: stop, Content: []turnlog.ContentBlock{}}
+	blocks := slices.SortedFunc(slices.Values(r.blocks), func(x, y *streamBlock) int { return cmp.Compare(x.index, y.index) })
+	for _, b := range blocks {
+		if b.typ == turnlog.BlockText || b.typ == turnlog.BlockThinking {
+			cb, _ := b.contentBlock(r.lastSeq)
+			p.Content = append(p.Content, cb)
+		}
+	}
+	return p
+}

@@ -1,0 +1,452 @@
+// Package replay builds the model transcript of a session through a seq — what
+// the next request, or a fork's first request, is built from — for a target
+// adapter.
+//
+// Durable content is authoritative; replay state is fidelity metadata. An
+// assistant message is replayed native (signatures put back on its blocks, as
+// pi-ai does) only when its replay envelope is usable and it came from the
+// target's api, provider and model; otherwise it is replayed foreign, with
+// pi-ai's provider-neutral conversion. State that cannot be used degrades that
+// one message to foreign and is reported through Options.OnDegrade; replay
+// never fails a session for it. State is checked on every assistant message
+// that has some, whichever model wrote it, so a session's diagnostics list
+// every message whose metadata is lost, not only those the current target
+// would have replayed native.
+//
+// Transcript order and pairing follow pi-ai's transformMessages: assistant
+// messages that stopped with error or aborted are left out, a tool result
+// that answers no pending call is dropped, and a tool call left without a
+// result gets a synthetic error result, placed where pi-ai places it: after
+// the real results that followed the call, just before the next user or
+// assistant message (or at the end of the transcript).
+package replay
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/turnlog/turnlog/internal/assembler"
+	"github.com/turnlog/turnlog/internal/turnlog"
+)
+
+// Head, as Options.Through, replays the whole log.
+const Head int64 = math.MaxInt64
+
+// Mode is how an assistant message is replayed.
+type Mode string
+
+const (
+	// Native replays the message as its provider produced it, signatures included.
+	Native Mode = "native"
+	// Foreign replays provider-neutral content: no signatures, thinking as text.
+	Foreign Mode = "foreign"
+)
+
+// Cause says why replay state was unusable.
+type Cause string
+
+const (
+	CauseKind      Cause = "kind"      // written by another adapter kind
+	CauseVersion   Cause = "version"   // another envelope version, the legacy flat form included
+	CauseMalformed Cause = "malformed" // not an envelope: wrong JSON types
+	CauseShape     Cause = "shape"     // entries no longer match the content blocks
+)
+
+// CodeInvalidReplayState is the diagnostic code of a degraded message.
+const CodeInvalidReplayState = "INVALID_REPLAY_STATE"
+
+// Diagnostic reports a message degraded to foreign. Seq is the message's seq.
+type Diagnostic struct {
+	Code    string `json:"code"`
+	Seq     int64  `json:"seq"`
+	Cause   Cause  `json:"cause"`
+	Message string `json:"message"`
+}
+
+// Options configure a replay.
+type Options struct {
+	// Target is the adapter the transcript is for. Empty fields default to
+	// the log's session/start adapter; an empty Kind after that means pi-ai,
+	// the only envelope kind this package reads.
+	Target turnlog.Adapter
+	// Through is the last seq replayed; Head for the whole log.
+	Through int64
+	// OnDegrade, if set, receives every INVALID_REPLAY_STATE diagnostic.
+	OnDegrade func(Diagnostic)
+}
+
+// Message is one message of the transcript, a pi-ai message in JSON. Seq is
+// the seq of the event it comes from: the response/finish of an assembled
+// message, the assistant/message of a host-written one, and for a synthetic
+// tool result the assistant message that made the call.
+type Message struct {
+	Seq       int64           `json:"seq"`
+	Role      string          `json:"role"`
+	Replay    Mode            `json:"replay,omitempty"` // assistant messages only
+	Synthetic bool            `json:"synthetic,omitempty"`
+	Message   json.RawMessage `json:"message"`
+}
+
+// Counts summarise how the assistant messages were replayed. Degraded
+// messages are counted in Foreign too.
+type Counts struct {
+	Native   int `json:"native"`
+	Foreign  int `json:"foreign"`
+	Degraded int `json:"degraded"`
+}
+
+// Result is a transcript.
+type Result struct {
+	// ThroughSeq is the last seq replayed: Options.Through, or the log's head
+	// if that comes first; -1 for an empty log.
+	ThroughSeq int64     `json:"throughSeq"`
+	Messages   []Message `json:"messages"`
+	Counts     Counts    `json:"counts"`
+}
+
+// Transcript replays events from src through opts.Through.
+func Transcript(src turnlog.Source, opts Options) (Result, error) {
+	b := NewBuilder(opts)
+	for {
+		e, err := src.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return Result{}, err
+		}
+		if e.Seq > opts.Through {
+			break
+		}
+		b.Add(&e)
+	}
+	return b.Result(), nil
+}
+
+// Builder replays a log event by event. Besides the transcript so far it
+// holds only the open turn: its messages and its responses' streams.
+type Builder struct {
+	opts      Options
+	target    turnlog.Adapter
+	assembler *assembler.Assembler
+	turn      turnMessages
+	result    Result
+
+	// Tool calls of the last assistant message still waiting for a result.
+	pendingCalls []pendingCall
+	callsSeq     int64
+	callsTime    int64
+}
+
+type pendingCall struct {
+	id, name string
+	answered bool
+}
+
+// NewBuilder starts a replay.
+func NewBuilder(opts Options) *Builder {
+	return &Builder{
+		opts:      opts,
+		target:    opts.Target,
+		assembler: assembler.New(turnlog.Adapter{}),
+		result:    Result{ThroughSeq: -1, Messages: []Message{}},
+	}
+}
+
+// turnMessages are the messages of the open turn, in seq order. They wait for
+// the turn's end because a host may write its own assistant/message for a
+// response after the response/finish, and the host's message wins.
+type turnMessages struct {
+	items     []turnItem
+	hostWrote map[int]bool // responses with a host-written message
+}
+
+type turnItem struct {
+	seq  int64
+	time int64 // Unix milliseconds, 0 when unknown
+	role string
+
+	// assistant messages
+	response  int
+	host      bool // written by the host, not assembled
+	assistant *turnlog.AssistantMessage
+
+	userContent json.RawMessage
+	toolResult  turnlog.ToolResultEvent
+}
+
+// Add consumes the next event; events must come in log order.
+func (b *Builder) Add(e *turnlog.Event) {
+	b.result.ThroughSeq = e.Seq
+	out := b.assembler.Add(e)
+	switch e.Type {
+	case turnlog.TypeSessionStart:
+		p, _ := e.SessionStart()
+		b.defaultTarget(p.Adapter)
+	case turnlog.TypeUserMessage:
+		p, _ := e.UserMessage()
+		b.turn.items = append(b.turn.items, turnItem{seq: e.Seq, time: unixMilli(e.Time), role: "user", userContent: p.Content})
+	case turnlog.TypeToolResult:
+		p, _ := e.ToolResult()
+		b.turn.items = append(b.turn.items, turnItem{seq: e.Seq, time: unixMilli(e.Time), role: "toolResult", toolResult: p})
+	case turnlog.TypeResponseFinish:
+		if m := out.Message; m != nil && !b.turn.hostWrote[m.Response] {
+			b.turn.items = append(b.turn.items, turnItem{seq: m.Seq, role: "assistant", response: m.Response, assistant: &m.Message})
+		}
+	case turnlog.TypeAssistantMessage:
+		p, _ := e.AssistantMessage()
+		b.turn.replaceAssembled(p.Response)
+		b.turn.items = append(b.turn.items, turnItem{seq: e.Seq, role: "assistant", response: p.Response, host: true, assistant: &p.Message})
+	case turnlog.TypeTurnEnd:
+		b.flushTurn()
+	}
+}
+
+// defaultTarget fills the target fields the caller left empty from the
+// session's adapter.
+func (b *Builder) defaultTarget(session turnlog.Adapter) {
+	t := &b.target
+	if t.Kind == "" {
+		t.Kind = session.Kind
+	}
+	if t.API == "" {
+		t.API = session.API
+	}
+	if t.Provider == "" {
+		t.Provider = session.Provider
+	}
+	if t.Model == "" {
+		t.Model = session.Model
+	}
+}
+
+// replaceAssembled drops the assembled message of a response the host wrote
+// a message for.
+func (t *turnMessages) replaceAssembled(response int) {
+	if t.hostWrote == nil {
+		t.hostWrote = map[int]bool{}
+	}
+	t.hostWrote[response] = true
+	kept := t.items[:0]
+	for _, it := range t.items {
+		if it.role == "assistant" && it.response == response && !it.host {
+			continue
+		}
+		kept = append(kept, it)
+	}
+	t.items = kept
+}
+
+// Result finishes the replay: the open turn's messages are added and tool
+// calls still without a result get their synthetic results. Call it once,
+// after the last Add.
+func (b *Builder) Result() Result {
+	b.flushTurn()
+	b.synthesizeResults()
+	return b.result
+}
+
+func (b *Builder) flushTurn() {
+	for _, it := range b.turn.items {
+		switch it.role {
+		case "assistant":
+			b.addAssistant(it)
+		case "toolResult":
+			b.addToolResult(it)
+		case "user":
+			b.synthesizeResults()
+			b.appendMessage(Message{Seq: it.seq, Role: "user"}, turnlog.UserMessage{Content: it.userContent, Timestamp: it.time})
+		}
+	}
+	b.turn = turnMessages{}
+}
+
+func (b *Builder) appendMessage(m Message, v json.Marshaler) {
+	raw, err := v.MarshalJSON()
+	if err != nil {
+		// Every value here was decoded from JSON or built from such values.
+		panic(fmt.Sprintf("replay: encode %s message at seq %d: %v", m.Role, m.Seq, err))
+	}
+	m.Message = raw
+	b.result.Messages = append(b.result.Messages, m)
+}
+
+func (b *Builder) addAssistant(it turnItem) {
+	b.synthesizeResults()
+	if it.assistant.StopReason.Interrupted() {
+		return // an incomplete response is not history the model should see
+	}
+	msg, mode := b.convert(it.seq, *it.assistant)
+	if mode == Native {
+		b.result.Counts.Native++
+	} else {
+		b.result.Counts.Foreign++
+	}
+	b.appendMessage(Message{Seq: it.seq, Role: "assistant", Replay: mode}, msg)
+	b.pendingCalls, b.callsSeq, b.callsTime = nil, it.seq, msg.Timestamp
+	for _, c := range msg.Content {
+		if c.Type == turnlog.BlockToolCall {
+			b.pendingCalls = append(b.pendingCalls, pendingCall{id: c.ID, name: c.Name})
+		}
+	}
+}
+
+func (b *Builder) addToolResult(it turnItem) {
+	p := it.toolResult
+	for i := range b.pendingCalls {
+		c := &b.pendingCalls[i]
+		if c.id == p.ToolCallID && !c.answered {
+			c.answered = true
+			b.appendMessage(Message{Seq: it.seq, Role: "toolResult"}, turnlog.ToolResultMessage{
+				ToolCallID: p.ToolCallID, ToolName: p.ToolName,
+				Content: p.Content, IsError: p.IsError, Timestamp: it.time,
+			})
+			return
+		}
+	}
+	// A result answering no pending call (its call was dropped, or it is a
+	// duplicate) is rejected by every provider, so it stays out.
+}
+
+func (b *Builder) synthesizeResults() {
+	for _, c := range b.pendingCalls {
+		if c.answered {
+			continue
+		}
+		b.appendMessage(Message{Seq: b.callsSeq, Role: "toolResult", Synthetic: true}, turnlog.ToolResultMessage{
+			ToolCallID: c.id, ToolName: c.name,
+			Content: json.RawMessage(`[{"type":"text","text":"No result provided"}]`), IsError: true,
+			Timestamp: b.callsTime,
+		})
+	}
+	b.pendingCalls = nil
+}
+
+// convert replays one assistant message native or foreign.
+func (b *Builder) convert(seq int64, m turnlog.AssistantMessage) (turnlog.AssistantMessage, Mode) {
+	if m.ReplayState == nil {
+		return foreign(m), Foreign
+	}
+	kind := b.target.Kind
+	if kind == "" {
+		kind = turnlog.EnvelopeKindPiAI
+	}
+	env, cause, why := inspect(m.ReplayState, m.Content, kind)
+	if cause != "" {
+		b.result.Counts.Degraded++
+		if b.opts.OnDegrade != nil {
+			b.opts.OnDegrade(Diagnostic{Code: CodeInvalidReplayState, Seq: seq, Cause: cause,
+				Message: why + "; replayed provider-neutral"})
+		}
+		return foreign(m), Foreign
+	}
+	if !m.Adapter().SameModel(b.target) {
+		return foreign(m), Foreign
+	}
+	return native(m, env), Native
+}
+
+// inspect decides whether replay state is usable by a reader of kind, and if
+// not, why.
+func inspect(raw json.RawMessage, content []turnlog.ContentBlock, kind string) (turnlog.ReplayEnvelope, Cause, string) {
+	env, err := turnlog.ParseReplayEnvelope(raw)
+	var perr *turnlog.EnvelopeError
+	errors.As(err, &perr)
+	if perr != nil && (perr.Field == "" || perr.Field == "kind" || perr.Field == "version") {
+		return env, CauseMalformed, fmt.Sprintf("replay state is malformed: %v", perr)
+	}
+	switch {
+	case env.Kind == "" && env.Version <= 1:
+		return env, CauseVersion, "replay state is the legacy flat version-1 form; this reader needs a version-2 envelope"
+	case env.Kind == "":
+		return env, CauseMalformed, "replay state has no kind"
+	case env.Kind != kind:
+		return env, CauseKind, fmt.Sprintf("replay state of kind %q cannot be used by a %q adapter", env.Kind, kind)
+	case env.Version != 2:
+		return env, CauseVersion, fmt.Sprintf("replay state version %d; this reader reads version 2", env.Version)
+	case perr != nil:
+		return env, CauseMalformed, fmt.Sprintf("replay state is malformed: %v", perr)
+	}
+	if !env.HasBlocks {
+		return env, "", ""
+	}
+	if len(env.Blocks) != len(content) {
+		return env, CauseShape, fmt.Sprintf("replay state has %d block entries for %d content blocks", len(env.Blocks), len(content))
+	}
+	for i, entry := range env.Blocks {
+		if !entry.IsNull() && entry.Type != content[i].Type {
+			return env, CauseShape, fmt.Sprintf("replay state entry %d is for a %s block, content block %d is %s", i, entry.Type, i, content[i].Type)
+		}
+	}
+	return env, "", ""
+}
+
+// native puts the envelope's signatures back on the blocks and applies
+// pi-ai's same-model rules: redacted and signed thinking is kept as is, empty
+// unsigned thinking is dropped.
+func native(m turnlog.AssistantMessage, env turnlog.ReplayEnvelope) turnlog.AssistantMessage {
+	content := make([]turnlog.ContentBlock, 0, len(m.Content))
+	for i, c := range m.Content {
+		sig := ""
+		if env.HasBlocks {
+			sig = env.Blocks[i].Signature
+		}
+		switch c.Type {
+		case turnlog.BlockThinking:
+			if sig != "" {
+				c.ThinkingSignature = sig
+			}
+			if !c.Redacted && c.ThinkingSignature == "" && strings.TrimSpace(c.Thinking) == "" {
+				continue
+			}
+		case turnlog.BlockText:
+			if sig != "" {
+				c.TextSignature = sig
+			}
+		case turnlog.BlockToolCall:
+			if sig != "" {
+				c.ThoughtSignature = sig
+			}
+		}
+		content = append(content, c)
+	}
+	m.Content = content
+	return m
+}
+
+// foreign is pi-ai's cross-model conversion: thinking becomes text (empty
+// and redacted thinking is dropped), and every signature is dropped, as is
+// the replay state that held them.
+func foreign(m turnlog.AssistantMessage) turnlog.AssistantMessage {
+	content := make([]turnlog.ContentBlock, 0, len(m.Content))
+	for _, c := range m.Content {
+		switch c.Type {
+		case turnlog.BlockThinking:
+			if c.Redacted || strings.TrimSpace(c.Thinking) == "" {
+				continue
+			}
+			c = turnlog.ContentBlock{Type: turnlog.BlockText, Text: c.Thinking}
+		case turnlog.BlockText:
+			c = turnlog.ContentBlock{Type: turnlog.BlockText, Text: c.Text}
+		case turnlog.BlockToolCall:
+			c.ThoughtSignature = ""
+		}
+		content = append(content, c)
+	}
+	m.Content = content
+	m.ReplayState = nil
+	return m
+}
+
+func unixMilli(rfc3339 string) int64 {
+	t, err := time.Parse(time.RFC3339Nano, rfc3339)
+	if err != nil {
+		return 0
+	}
+	return t.UnixMilli()
+}
