@@ -1,0 +1,203 @@
+// Package sessionlog keeps a session's turn log in an object-store bucket.
+//
+// A log lives under its Location's root, <prefix>/<namespace>/<session>/<uid>/:
+//
+//	log/00000000000000000000.jsonl   segments: immutable batches of events,
+//	log/00000000000000000042.jsonl   named by their first seq (zero-padded, so
+//	...                              key order is seq order)
+//	derived/...                      assembly output, checkpoints
+//
+// Segments are created with store.Bucket.PutIfAbsent, so of two writers
+// racing for the same seq exactly one wins; the loser reads the winner's
+// segment and tries again after it. Each segment carries its writer's token
+// in the object metadata, which is how a writer whose request timed out
+// recognises that its write did land. docs/log-format.md ("Storage layout")
+// describes the protocol for writers in other languages.
+package sessionlog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/turnlog/turnlog/internal/store"
+)
+
+// metaWriter is the segment metadata key holding the writer token.
+const metaWriter = "turnlog-writer"
+
+var (
+	// ErrStaleWriter: an append with an expected head found the log's head
+	// elsewhere. The error is a *StaleWriterError.
+	ErrStaleWriter = errors.New("stale writer")
+	// ErrOutcomeUnknown: an append gave up after a request whose outcome is
+	// unknown; its events may or may not be in the log.
+	ErrOutcomeUnknown = errors.New("append outcome unknown")
+	// ErrBeyondHead: a seq past the log's last event.
+	ErrBeyondHead = errors.New("seq beyond the log's head")
+	// ErrDestinationNotEmpty: a prefix copy found objects in its destination
+	// that are not the ones it would write.
+	ErrDestinationNotEmpty = errors.New("destination log is not empty")
+)
+
+// StaleWriterError says where the log's head really is.
+type StaleWriterError struct {
+	// Expected is the seq the writer meant to write; Next is the seq the
+	// log's next event will get.
+	Expected, Next int64
+}
+
+func (e *StaleWriterError) Error() string {
+	return fmt.Sprintf("stale writer: expected to append at seq %d, but the log's next seq is %d", e.Expected, e.Next)
+}
+
+func (e *StaleWriterError) Is(target error) bool { return target == ErrStaleWriter }
+
+// DataError is bad data found in the bucket.
+type DataError struct {
+	Key string
+	// Line is 1-based; 0 when the problem is the object as a whole.
+	Line int
+	// Seq is the seq the line should have.
+	Seq int64
+	Msg string
+}
+
+func (e *DataError) Error() string {
+	if e.Line == 0 {
+		return fmt.Sprintf("bad log data: %s: %s", e.Key, e.Msg)
+	}
+	return fmt.Sprintf("bad log data: %s line %d (seq %d): %s", e.Key, e.Line, e.Seq, e.Msg)
+}
+
+// Location names one session's log. Namespace, Session and UID come from
+// the Session object: the UID keeps a deleted-and-recreated session from
+// seeing its predecessor's log.
+type Location struct {
+	// Prefix is the bucket-wide prefix, "" for none; it may contain '/'.
+	Prefix    string
+	Namespace string
+	Session   string
+	UID       string
+}
+
+// Root returns the key prefix of everything the location holds, ending in
+// '/' so that it never matches another session whose name merely starts
+// with this one's.
+func (l Location) Root() (string, error) {
+	if l.Prefix != "" {
+		if err := store.ValidateKey(l.Prefix); err != nil {
+			return "", fmt.Errorf("location prefix: %w", err)
+		}
+	}
+	for _, c := range []struct{ name, v string }{{"namespace", l.Namespace}, {"session", l.Session}, {"uid", l.UID}} {
+		if c.v == "" || strings.Contains(c.v, "/") || store.ValidateKey(c.v) != nil {
+			return "", fmt.Errorf("location %s %q: must be a non-empty name without '/'", c.name, c.v)
+		}
+	}
+	root := l.Namespace + "/" + l.Session + "/" + l.UID + "/"
+	if l.Prefix != "" {
+		root = l.Prefix + "/" + root
+	}
+	return root, nil
+}
+
+func (l Location) String() string {
+	return strings.TrimPrefix(l.Prefix+"/"+l.Namespace+"/"+l.Session+"/"+l.UID, "/")
+}
+
+// Store keeps session logs in one bucket.
+type Store struct {
+	bucket store.Bucket
+}
+
+// New returns a Store on b.
+func New(b store.Bucket) *Store { return &Store{bucket: b} }
+
+// Log is one session's log. Its methods are safe for concurrent use.
+type Log struct {
+	b    store.Bucket
+	loc  Location
+	root string
+}
+
+// Log returns the log at loc; it need not exist yet.
+func (s *Store) Log(loc Location) (*Log, error) {
+	root, err := loc.Root()
+	if err != nil {
+		return nil, err
+	}
+	return &Log{b: s.bucket, loc: loc, root: root}, nil
+}
+
+func (l *Log) segmentPrefix() string { return l.root + "log/" }
+
+func (l *Log) segmentKey(first int64) string {
+	return fmt.Sprintf("%s%020d.jsonl", l.segmentPrefix(), first)
+}
+
+// PutDerived stores data derived from the log (assembly output, a
+// checkpoint) under derived/name, replacing any previous version. name is a
+// relative '/'-separated path. Derived data can never overwrite the log.
+func (l *Log) PutDerived(ctx context.Context, name string, data []byte) error {
+	key, err := l.derivedKey(name)
+	if err != nil {
+		return err
+	}
+	if err := l.b.Put(ctx, key, data, nil); err != nil {
+		return fmt.Errorf("store derived %q of %s: %w", name, l.loc, err)
+	}
+	return nil
+}
+
+// GetDerived returns what PutDerived stored; an error wrapping
+// store.ErrNotFound if nothing was.
+func (l *Log) GetDerived(ctx context.Context, name string) ([]byte, error) {
+	key, err := l.derivedKey(name)
+	if err != nil {
+		return nil, err
+	}
+	data, err := l.b.Get(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("read derived %q of %s: %w", name, l.loc, err)
+	}
+	return data, nil
+}
+
+func (l *Log) derivedKey(name string) (string, error) {
+	if err := store.ValidateKey(name); err != nil {
+		return "", fmt.Errorf("derived data name: %w", err)
+	}
+	return l.root + "derived/" + name, nil
+}
+
+// Delete removes every object of the session at loc and returns how many it
+// removed. It lists exactly loc's root, which ends in '/', so another
+// session's objects are never touched.
+func (s *Store) Delete(ctx context.Context, loc Location) (int, error) {
+	root, err := loc.Root()
+	if err != nil {
+		return 0, err
+	}
+	// Collect first: deleting while a listing is in progress can make some
+	// backends skip keys.
+	var keys []string
+	for o, err := range s.bucket.List(ctx, root) {
+		if err != nil {
+			return 0, fmt.Errorf("delete %s: %w", loc, err)
+		}
+		keys = append(keys, o.Key)
+	}
+	n := 0
+	for _, k := range keys {
+		err := retry(ctx, func() error { return s.bucket.Delete(ctx, k) })
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return n, fmt.Errorf("delete %s: %w", loc, err)
+		}
+		if err == nil {
+			n++
+		}
+	}
+	return n, nil
+}

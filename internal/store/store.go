@@ -1,0 +1,138 @@
+// Package store is the object-storage interface turnlog owns, with backends
+// opened by URL through gocloud.dev/blob: mem://, file://, s3://, gs:// and
+// azblob://.
+//
+// The interface is deliberately small. Its one non-obvious operation is
+// PutIfAbsent: a create that fails with ErrExists when the key is taken, so two
+// writers racing for the same key can never both win. Every backend here
+// guarantees that atomically (mem by a lock, file by link(2), the cloud stores
+// by a conditional request); see docs/log-format.md, "Storage layout".
+//
+// Errors are classified into a few sentinels that callers test with
+// errors.Is: ErrNotFound, ErrExists, and the retryable ErrConflict,
+// ErrUnavailable and ErrTimeout (see IsRetryable).
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+var (
+	// ErrNotFound: the object does not exist.
+	ErrNotFound = errors.New("object not found")
+	// ErrExists: PutIfAbsent found the key taken; nothing was written.
+	ErrExists = errors.New("object already exists")
+	// ErrConflict: the service refused a conditional request because another
+	// one for the same key was in flight (S3's 409 ConditionalRequestConflict).
+	// Nothing was written; retrying may succeed.
+	ErrConflict = errors.New("conflicting concurrent request")
+	// ErrUnavailable: the service failed the request (throttling, 5xx) or the
+	// connection broke. Whether a write took effect is unknown.
+	ErrUnavailable = errors.New("storage service unavailable")
+	// ErrTimeout: the request timed out. Whether a write took effect is
+	// unknown.
+	ErrTimeout = errors.New("storage request timed out")
+)
+
+// IsRetryable reports whether err is transient: repeating the request may
+// succeed. A retried write must tolerate that the first attempt may have
+// taken effect (ErrUnavailable, ErrTimeout).
+func IsRetryable(err error) bool {
+	return errors.Is(err, ErrConflict) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrTimeout)
+}
+
+// Attributes describe a stored object.
+type Attributes struct {
+	Size    int64
+	ModTime time.Time
+	// Metadata is the user metadata given at write time. Keys are lower case:
+	// S3 folds them, so the other backends are held to the same rule.
+	Metadata map[string]string
+}
+
+// Object is one entry of a listing.
+type Object struct {
+	Key  string
+	Size int64
+}
+
+// Bucket is a flat key space of immutable-by-convention objects.
+//
+// Keys are '/'-separated paths: no leading, trailing or doubled '/', no '.'
+// or '..' segments, no control characters, and not ending in ".attrs"
+// (reserved by the file backend). Operations on an invalid key fail without
+// touching storage.
+type Bucket interface {
+	// Get returns the whole object.
+	Get(ctx context.Context, key string) ([]byte, error)
+	// NewRangeReader reads length bytes from offset; length < 0 reads to the
+	// end.
+	NewRangeReader(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error)
+	Attributes(ctx context.Context, key string) (Attributes, error)
+	// PutIfAbsent creates key, or fails with ErrExists if it exists. Of any
+	// number of concurrent calls for one key at most one succeeds.
+	PutIfAbsent(ctx context.Context, key string, data []byte, metadata map[string]string) error
+	// Put creates or replaces key. It is for derived data and checkpoints,
+	// never for log objects.
+	Put(ctx context.Context, key string, data []byte, metadata map[string]string) error
+	// Copy copies src to dst (replacing dst) inside the service, metadata
+	// included, without the bytes passing through this process where the
+	// service allows it.
+	Copy(ctx context.Context, dst, src string) error
+	// List yields the objects whose keys start with prefix, in ascending key
+	// order. Iteration stops at the first error, which is yielded.
+	List(ctx context.Context, prefix string) iter.Seq2[Object, error]
+	// Delete removes key; ErrNotFound if it does not exist.
+	Delete(ctx context.Context, key string) error
+	Close() error
+}
+
+// ValidateKey reports whether key is acceptable to every backend.
+func ValidateKey(key string) error {
+	switch {
+	case key == "":
+		return errors.New("invalid object key: empty")
+	case !utf8.ValidString(key):
+		return fmt.Errorf("invalid object key %q: not UTF-8", key)
+	case strings.HasSuffix(key, ".attrs"):
+		return fmt.Errorf("invalid object key %q: the suffix .attrs is reserved", key)
+	}
+	for _, r := range key {
+		if r < 0x20 || r == 0x7f || r == '\\' {
+			return fmt.Errorf("invalid object key %q: control character or backslash", key)
+		}
+	}
+	for seg := range strings.SplitSeq(key, "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return fmt.Errorf("invalid object key %q: empty, '.' or '..' path segment", key)
+		}
+	}
+	return nil
+}
+
+// validatePrefix accepts "" (everything) or a key prefix, which may end in '/'.
+func validatePrefix(prefix string) error {
+	if prefix == "" {
+		return nil
+	}
+	if err := ValidateKey(strings.TrimSuffix(prefix, "/")); err != nil {
+		return fmt.Errorf("invalid list prefix %q: %w", prefix, err)
+	}
+	return nil
+}
+
+func validateMetadata(md map[string]string) error {
+	for k := range md {
+		if k == "" || k != strings.ToLower(k) {
+			return fmt.Errorf("invalid metadata key %q: must be non-empty lower case", k)
+		}
+	}
+	return nil
+}
