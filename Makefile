@@ -10,6 +10,9 @@ export ENVTEST_ROOT CONTROL_PLANE_DIR
 
 GO ?= go
 CONTROLLER_GEN := $(GO) tool controller-gen
+# kustomize is pinned in its own module so its dependencies stay out of go.mod.
+KUSTOMIZE := $(GO) tool -modfile=$(CURDIR)/hack/tools/go.mod kustomize
+KUBECTL ?= kubectl
 IMG ?= ghcr.io/turnlog/turnlog:dev
 BIN_DIR := $(CURDIR)/bin
 
@@ -64,6 +67,17 @@ test-unit: ## Unit tests and envtest suites (real kube-apiserver + etcd from CON
 .PHONY: docker-build
 docker-build: ## Build the image (needs a Docker engine).
 	docker build -t $(IMG) .
+
+##@ Deploying
+
+.PHONY: deploy
+deploy: manifests ## Install CRDs, RBAC and the manager (image IMG) into the cluster of the current kubeconfig.
+	cd config/manager && $(KUSTOMIZE) edit set image turnlog=$(IMG)
+	$(KUSTOMIZE) build config/default | $(KUBECTL) apply -f -
+
+.PHONY: undeploy
+undeploy: ## Remove what deploy installed (Sessions' objects in storage follow their retention policy).
+	$(KUSTOMIZE) build config/default | $(KUBECTL) delete --ignore-not-found -f -
 
 .PHONY: help
 help:

@@ -166,6 +166,20 @@ var _ = Describe("turnlog.dev/v1alpha1 API", func() {
 	})
 })
 
+var _ = Describe("config/default", func() {
+	It("is accepted by the API server as a deployment (server-side dry run)", func() {
+		// A dry run does not create the namespace the other objects go to.
+		namespace := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "turnlog-system"}}
+		Expect(client.IgnoreAlreadyExists(k8sClient.Create(ctx, namespace))).To(Succeed())
+
+		manifests := filepath.Join(GinkgoT().TempDir(), "default.yaml")
+		Expect(os.WriteFile(manifests, []byte(kubectl("kustomize", filepath.Join("..", "config", "default"))), 0o600)).To(Succeed())
+		out := kubectl("apply", "--dry-run=server", "-f", manifests)
+		Expect(out).To(ContainSubstring("deployment.apps/turnlog-manager created (server dry run)"))
+		Expect(out).To(ContainSubstring("customresourcedefinition.apiextensions.k8s.io/sessionforks.turnlog.dev"))
+	})
+})
+
 // kubectl runs the control plane's kubectl against the test API server as
 // an admin and returns its stdout.
 func kubectl(args ...string) string {
