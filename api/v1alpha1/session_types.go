@@ -168,6 +168,14 @@ type WorkerRun struct {
 	// +kubebuilder:validation:MaxLength=1024
 	// +optional
 	Message string `json:"message,omitempty"`
+	// FailedAttempt identifies the last failed attempt (in pod mode, the
+	// failed Job's UID), so that each failure is counted once.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	FailedAttempt string `json:"failedAttempt,omitempty"`
+	// RetryAt is when the run is attempted again after a failure.
+	// +optional
+	RetryAt *metav1.Time `json:"retryAt,omitempty"`
 }
 
 // SessionStatus is the observed state of a Session, summarising its log.

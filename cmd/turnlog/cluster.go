@@ -1,0 +1,145 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/controllers"
+)
+
+// The commands that work on a Session in a cluster. They find the cluster
+// as kubectl does (--kubeconfig, $KUBECONFIG, ~/.kube/config, --context,
+// --namespace) and write to the Session's object store directly.
+func init() {
+	register("import", "create a Session (if absent) and write a log file as its log", runImport)
+	register("append", "append events (JSON Lines from stdin) to a Session's log", runAppend)
+	register("export", "write a Session's log as JSON Lines", runExport)
+}
+
+// clusterFlags are the flags every cluster command takes.
+type clusterFlags struct {
+	kubeconfig, context, namespace, session, storeURL *string
+}
+
+func addClusterFlags(fs *flag.FlagSet) clusterFlags {
+	f := clusterFlags{
+		kubeconfig: fs.String("kubeconfig", "", "kubeconfig file; default: $KUBECONFIG, then ~/.kube/config"),
+		context:    fs.String("context", "", "kubeconfig context; default: the current context"),
+		session:    fs.String("session", "", "name of the Session (required)"),
+		storeURL:   fs.String("store-url", os.Getenv("TURNLOG_STORE_URL"), "object store of Sessions without spec.storage.url; default: $TURNLOG_STORE_URL"),
+	}
+	f.namespace = fs.String("namespace", "", "namespace of the Session; default: the context's")
+	fs.StringVar(f.namespace, "n", "", "shorthand for --namespace")
+	return f
+}
+
+// sessionIO connects to the cluster and returns the namespace to use.
+func (f clusterFlags) sessionIO() (*controllers.SessionIO, string, error) {
+	if *f.session == "" {
+		return nil, "", errors.New("--session is required")
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = *f.kubeconfig
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: *f.context})
+	ns := *f.namespace
+	if ns == "" {
+		var err error
+		if ns, _, err = cc.Namespace(); err != nil {
+			return nil, "", err
+		}
+	}
+	cfg, err := cc.ClientConfig()
+	if err != nil {
+		return nil, "", err
+	}
+	scheme := runtime.NewScheme()
+	utilruntime.Must(turnlogv1.AddToScheme(scheme))
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, "", err
+	}
+	return &controllers.SessionIO{Client: c, Stores: &controllers.BucketCache{DefaultURL: *f.storeURL}}, ns, nil
+}
+
+func runImport(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := newFlagSet("import", "FILE|-", stderr)
+	f := addClusterFlags(fs)
+	name, code, ok := oneLogArg(fs, args)
+	if !ok {
+		return code
+	}
+	sio, ns, err := f.sessionIO()
+	if err != nil {
+		return fail(stderr, "import", err)
+	}
+	in, err := openLog(name, stdin)
+	if err != nil {
+		return fail(stderr, "import", err)
+	}
+	defer in.Close()
+	_, n, err := sio.Import(ctx, ns, *f.session, bufio.NewReader(in))
+	if err != nil {
+		return fail(stderr, "import", fmt.Errorf("%s: %w", logName(name), err))
+	}
+	fmt.Fprintf(stdout, "session/%s: imported %d events into namespace %s\n", *f.session, n, ns)
+	return 0
+}
+
+func runAppend(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := newFlagSet("append", "< EVENTS.jsonl", stderr)
+	f := addClusterFlags(fs)
+	positional, code, ok := parseArgs(fs, args)
+	if !ok {
+		return code
+	}
+	if len(positional) > 0 {
+		fs.Usage()
+		return 2
+	}
+	sio, ns, err := f.sessionIO()
+	if err != nil {
+		return fail(stderr, "append", err)
+	}
+	first, n, err := sio.Append(ctx, ns, *f.session, bufio.NewReader(stdin))
+	if err != nil {
+		return fail(stderr, "append", err)
+	}
+	fmt.Fprintf(stdout, "session/%s: appended seq %d..%d\n", *f.session, first, first+n-1)
+	return 0
+}
+
+func runExport(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
+	fs := newFlagSet("export", "", stderr)
+	f := addClusterFlags(fs)
+	positional, code, ok := parseArgs(fs, args)
+	if !ok {
+		return code
+	}
+	if len(positional) > 0 {
+		fs.Usage()
+		return 2
+	}
+	sio, ns, err := f.sessionIO()
+	if err != nil {
+		return fail(stderr, "export", err)
+	}
+	w := bufio.NewWriter(stdout)
+	if err := sio.Export(ctx, ns, *f.session, w); err != nil {
+		return fail(stderr, "export", err)
+	}
+	if err := w.Flush(); err != nil {
+		return fail(stderr, "export", err)
+	}
+	return 0
+}

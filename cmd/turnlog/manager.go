@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/controllers"
+)
+
+func init() {
+	register("manager", "run the Session and SessionFork controllers", runManager)
+}
+
+func runManager(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writer) int {
+	fs := newFlagSet("manager", "", stderr)
+	metricsAddr := fs.String("metrics-bind-address", "0", "address of the metrics endpoint, e.g. :8443 (HTTPS) or :8080 (HTTP); 0 disables it")
+	secureMetrics := fs.Bool("metrics-secure", true, "serve metrics over HTTPS, authenticated and authorized through the API server")
+	enableHTTP2 := fs.Bool("enable-http2", false, "serve metrics over HTTP/2 too (off: HTTP/2 Rapid Reset and Stream Cancellation CVEs)")
+	probeAddr := fs.String("health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints")
+	leaderElect := fs.Bool("leader-elect", false, "elect a leader, so that only one manager reconciles at a time")
+	storeURL := fs.String("store-url", "", "default object store for Sessions without spec.storage.url (s3://, gs://, azblob://, file://, mem://)")
+	pollInterval := fs.Duration("poll-interval", time.Minute, "how often each Session's log is looked at without a nudge")
+	workerMode := fs.String("worker-mode", controllers.WorkerModePod, "where assembly and replay run: pod (a Job per run) or local (inside the manager)")
+	workerImage := fs.String("worker-image", "", "image of worker pods; its entrypoint is the turnlog binary")
+	workerSA := fs.String("worker-service-account", "", "service account of worker pods (its token is never mounted); empty: the namespace's default")
+	workerSecret := fs.String("worker-credentials-secret", "", "Secret in each Session's namespace whose keys become the worker's environment (store credentials)")
+	workerCPU := fs.String("worker-cpu-request", "100m", "CPU request of a worker pod")
+	workerMemory := fs.String("worker-memory-limit", "512Mi", "memory request and limit of a worker pod")
+	workerBackoff := fs.Int("worker-backoff-limit", 3, "pod retries of a worker Job before it fails")
+	workerDeadline := fs.Duration("worker-active-deadline", 15*time.Minute, "longest a worker Job may run, retries included")
+	workerTTL := fs.Duration("worker-ttl-after-finished", time.Hour, "how long finished worker Jobs are kept")
+	config.RegisterFlags(fs)
+	zapOpts := zap.Options{Development: false}
+	zapOpts.BindFlags(fs)
+	if _, code, ok := parseArgs(fs, args); !ok {
+		return code
+	}
+
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts), zap.WriteTo(stderr)))
+	resources, err := workerResources(*workerCPU, *workerMemory)
+	if err != nil {
+		return fail(stderr, "manager", err)
+	}
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(turnlogv1.AddToScheme(scheme))
+
+	var tlsOpts []func(*tls.Config)
+	if !*enableHTTP2 {
+		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
+	}
+	metricsOpts := metricsserver.Options{BindAddress: *metricsAddr, SecureServing: *secureMetrics, TLSOpts: tlsOpts}
+	if *secureMetrics {
+		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	restConfig, err := ctrl.GetConfig()
+	if err != nil {
+		return fail(stderr, "manager", err)
+	}
+	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsOpts,
+		HealthProbeBindAddress: *probeAddr,
+		LeaderElection:         *leaderElect,
+		LeaderElectionID:       "turnlog-manager.turnlog.dev",
+		Cache:                  controllers.CacheOptions(),
+	})
+	if err != nil {
+		return fail(stderr, "manager", fmt.Errorf("create the manager: %w", err))
+	}
+	stores := &controllers.BucketCache{DefaultURL: *storeURL}
+	defer stores.Close()
+	cfg := controllers.Config{
+		Stores:       stores,
+		WorkerMode:   *workerMode,
+		PollInterval: *pollInterval,
+		Jobs: controllers.JobWorkers{
+			Image:                   *workerImage,
+			ServiceAccount:          *workerSA,
+			CredentialsSecret:       *workerSecret,
+			Resources:               resources,
+			BackoffLimit:            int32(*workerBackoff),
+			ActiveDeadlineSeconds:   int64(workerDeadline.Seconds()),
+			TTLSecondsAfterFinished: int32(workerTTL.Seconds()),
+		},
+	}
+	if err := controllers.Setup(ctx, mgr, cfg); err != nil {
+		return fail(stderr, "manager", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return fail(stderr, "manager", err)
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return fail(stderr, "manager", err)
+	}
+	if err := mgr.Start(ctx); err != nil {
+		return fail(stderr, "manager", err)
+	}
+	return 0
+}
+
+func workerResources(cpu, memory string) (corev1.ResourceRequirements, error) {
+	c, err := resource.ParseQuantity(cpu)
+	if err != nil {
+		return corev1.ResourceRequirements{}, fmt.Errorf("--worker-cpu-request %q: %w", cpu, err)
+	}
+	m, err := resource.ParseQuantity(memory)
+	if err != nil {
+		return corev1.ResourceRequirements{}, fmt.Errorf("--worker-memory-limit %q: %w", memory, err)
+	}
+	return corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: c, corev1.ResourceMemory: m},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: m},
+	}, nil
+}

@@ -1,0 +1,163 @@
+package controllers
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+)
+
+// startManager runs the turnlog controllers for one namespace, as
+// `turnlog manager` does, until the returned function stops them. Each
+// group of specs gets its own namespace and manager, so the API specs'
+// objects are never reconciled.
+func startManager(namespace string, conf Config) (stop func()) {
+	GinkgoHelper()
+	opts := CacheOptions()
+	opts.DefaultNamespaces = map[string]cache.Config{namespace: {}}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme.Scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Cache:                  opts,
+		// Several managers run the same controllers in this process.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	Expect(err).NotTo(HaveOccurred())
+	mctx, cancel := context.WithCancel(ctx)
+	Expect(Setup(mctx, mgr, conf)).To(Succeed())
+	done := make(chan struct{})
+	go func() {
+		defer GinkgoRecover()
+		defer close(done)
+		Expect(mgr.Start(mctx)).To(Succeed())
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// newNamespace creates a namespace named after the specs that use it.
+func newNamespace(prefix string) string {
+	GinkgoHelper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-"}}
+	Expect(k8sClient.Create(ctx, ns)).To(Succeed())
+	return ns.Name
+}
+
+// readLog reads a log file of testdata/logs.
+func readLog(name string) []byte {
+	GinkgoHelper()
+	data, err := os.ReadFile(filepath.Join("..", "testdata", "logs", name))
+	Expect(err).NotTo(HaveOccurred())
+	return data
+}
+
+// logLines returns the first n lines of a log, newline-terminated.
+func logLines(log []byte, n int) []byte {
+	lines := bytes.SplitAfter(log, []byte("\n"))
+	return bytes.Join(lines[:n], nil)
+}
+
+// getSession fetches a Session's current state.
+func getSession(ns, name string) func(Gomega) *turnlogv1.Session {
+	return func(g Gomega) *turnlogv1.Session {
+		s := &turnlogv1.Session{}
+		g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, s)).To(Succeed())
+		return s
+	}
+}
+
+func getFork(ns, name string) func(Gomega) *turnlogv1.SessionFork {
+	return func(g Gomega) *turnlogv1.SessionFork {
+		f := &turnlogv1.SessionFork{}
+		g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, f)).To(Succeed())
+		return f
+	}
+}
+
+// cond returns a condition's status and reason as "Status/Reason".
+func cond(conds []metav1.Condition, t string) string {
+	c := meta.FindStatusCondition(conds, t)
+	if c == nil {
+		return ""
+	}
+	return fmt.Sprintf("%s/%s", c.Status, c.Reason)
+}
+
+// waitReady waits until the Session reports Ready=True, current with a
+// log that has events, for its generation.
+func waitReady(ns, name string) *turnlogv1.Session {
+	GinkgoHelper()
+	var s *turnlogv1.Session
+	Eventually(func(g Gomega) {
+		s = getSession(ns, name)(g)
+		g.Expect(cond(s.Status.Conditions, turnlogv1.ConditionReady)).To(Equal("True/Current"))
+		g.Expect(s.Status.ObservedGeneration).To(Equal(s.Generation))
+	}).Should(Succeed())
+	return s
+}
+
+// sessionEvents lists, through the events.k8s.io API, the Events about a
+// Session with the given reason.
+func sessionEvents(ns, name, reason string) func(Gomega) []eventsv1.Event {
+	return func(g Gomega) []eventsv1.Event {
+		list := &eventsv1.EventList{}
+		g.Expect(k8sClient.List(ctx, list, client.InNamespace(ns))).To(Succeed())
+		var out []eventsv1.Event
+		for _, e := range list.Items {
+			if e.Regarding.Name == name && e.Reason == reason {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+}
+
+func notes(events []eventsv1.Event) []string {
+	out := make([]string, len(events))
+	for i, e := range events {
+		out[i] = e.Note
+	}
+	return out
+}
+
+// exportLog exports a Session's log as `turnlog export` does.
+func exportLog(sio *SessionIO, ns, name string) string {
+	GinkgoHelper()
+	var out strings.Builder
+	Expect(sio.Export(ctx, ns, name, &out)).To(Succeed())
+	return out.String()
+}
+
+// forkEvents lists the Events about a SessionFork with the given reason.
+func forkEvents(g Gomega, ns, name, reason string) []eventsv1.Event {
+	list := &eventsv1.EventList{}
+	g.Expect(k8sClient.List(ctx, list, client.InNamespace(ns))).To(Succeed())
+	var out []eventsv1.Event
+	for _, e := range list.Items {
+		if e.Regarding.Kind == "SessionFork" && e.Regarding.Name == name && e.Reason == reason {
+			out = append(out, e)
+		}
+	}
+	return out
+}

@@ -1,0 +1,331 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/sessionlog"
+	"github.com/turnlog/turnlog/internal/turnlog"
+	"github.com/turnlog/turnlog/internal/worker"
+)
+
+// SessionReconciler keeps a Session's status a summary of its log, and its
+// derived data (assembly, replay) current with the log's finished turns.
+type SessionReconciler struct {
+	client.Client
+	Recorder events.EventRecorder
+	Stores   Stores
+	Workers  Workers
+	// PollInterval is how often a Session is looked at without a nudge: the
+	// safety net for appends made without setting turnlog.dev/requested-at.
+	PollInterval time.Duration
+	// PodWorkers is set when Workers run as Jobs, so the controller watches
+	// them.
+	PodWorkers bool
+
+	// reported remembers the last results each Session's Events were raised
+	// for (key: UID and task), because the status a reconcile starts from
+	// may come from a cache that has not seen the previous reconcile's
+	// patch yet, and the same results must not be announced twice.
+	reported sync.Map
+}
+
+// sessionScope is what the steps of one reconcile share.
+type sessionScope struct {
+	session *turnlogv1.Session
+	// before is the status as the reconcile found it, to patch only what
+	// changed.
+	before turnlogv1.SessionStatus
+
+	storeURL string
+	location sessionlog.Location
+	log      worker.Log
+	head     sessionlog.HeadInfo
+	target   turnlog.Adapter
+
+	assembly, replay *worker.Summary
+	// pending is the work still to do, set once the log has been looked at.
+	pending worker.Task
+
+	// ready is the Ready condition the steps settled on; nil means Current.
+	ready  *condition
+	result ctrl.Result
+}
+
+// condition is the reason and message of a condition a step settled on.
+type condition struct{ reason, message string }
+
+// Reconcile runs the steps for one Session and writes its status once.
+func (r *SessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, err error) {
+	session := &turnlogv1.Session{}
+	if err := r.Get(ctx, req.NamespacedName, session); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !session.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.reconcileDelete(ctx, session)
+	}
+	if controllerutil.AddFinalizer(session, turnlogv1.FinalizerRetention) {
+		// First of all, so that deleting the Session always goes through
+		// spec.retention.
+		if err := r.Update(ctx, session); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+
+	s := &sessionScope{session: session, before: *session.Status.DeepCopy()}
+	defer func() {
+		err = errors.Join(err, r.patchStatus(ctx, s, err))
+	}()
+	for _, step := range []func(context.Context, *sessionScope) error{
+		r.reconcileLog,
+		r.reconcileDerived,
+		r.reconcileWork,
+	} {
+		if err := step(ctx, s); err != nil || s.ready != nil {
+			return s.requeue(r.PollInterval), err
+		}
+	}
+	return s.requeue(r.PollInterval), nil
+}
+
+// requeue keeps the shortest wait a step asked for, bounded by the poll
+// interval.
+func (s *sessionScope) requeue(poll time.Duration) ctrl.Result {
+	if s.result.RequeueAfter == 0 || s.result.RequeueAfter > poll {
+		return ctrl.Result{RequeueAfter: poll}
+	}
+	return s.result
+}
+
+// reconcileLog opens the Session's log and reads its head: a listing and
+// the last segments, never the whole log.
+func (r *SessionReconciler) reconcileLog(ctx context.Context, s *sessionScope) error {
+	session := s.session
+	if session.Spec.Storage != nil {
+		s.storeURL = session.Spec.Storage.URL
+		s.location.Prefix = session.Spec.Storage.Prefix
+	}
+	s.location.Namespace, s.location.Session, s.location.UID = session.Namespace, session.Name, string(session.UID)
+	st, err := r.Stores.Logs(ctx, s.storeURL)
+	if err != nil {
+		s.ready = &condition{turnlogv1.ReasonStoreUnavailable, err.Error()}
+		return err
+	}
+	log, err := st.Log(s.location)
+	if err != nil {
+		s.ready = &condition{turnlogv1.ReasonStoreUnavailable, err.Error()}
+		return err
+	}
+	s.log = worker.StoreLog{Log: log}
+	session.Status.Location = s.location.String()
+	s.head, err = log.Head(ctx)
+	if err != nil {
+		s.ready = &condition{turnlogv1.ReasonStoreUnavailable, fmt.Sprintf("reading the log's head: %v", err)}
+		return err
+	}
+	applyHead(&session.Status, s.head)
+
+	if from := session.Spec.ForkedFrom; from != nil && s.head.Head() < from.CutSeq {
+		// The SessionFork controller is still copying the source's prefix
+		// and nudges this Session when it is done.
+		s.ready = &condition{turnlogv1.ReasonSeeding, fmt.Sprintf("copying seq 0..%d from Session %s", from.CutSeq, from.Session)}
+		return nil
+	}
+	if s.head.Head() < 0 {
+		s.ready = &condition{turnlogv1.ReasonEmptyLog, "the log has no events yet"}
+	}
+	return nil
+}
+
+// reconcileDerived reads the checkpoints the workers left beside the log,
+// puts them in status, raises the Events of results not seen before, and
+// decides what work is left.
+func (r *SessionReconciler) reconcileDerived(ctx context.Context, s *sessionScope) error {
+	s.target = adapterOf(s.session.Spec.Adapter)
+	asm, found, err := worker.LoadAssembly(ctx, s.log)
+	if err != nil {
+		s.ready = &condition{turnlogv1.ReasonStoreUnavailable, err.Error()}
+		return err
+	}
+	if found {
+		s.assembly = &asm
+		r.applyAssembly(s)
+	}
+	rep, found, err := worker.LoadReplay(ctx, s.log, s.target)
+	if err != nil {
+		s.ready = &condition{turnlogv1.ReasonStoreUnavailable, err.Error()}
+		return err
+	}
+	if found {
+		s.replay = &rep
+		r.applyReplay(s)
+	}
+
+	s.pending = ""
+	head := s.head.Head()
+	lastEnd := int64(-1)
+	if s.head.LastTurnEnd != nil {
+		lastEnd = s.head.LastTurnEnd.Seq
+	}
+	switch {
+	case s.assembly == nil || s.assembly.ScannedThrough < head:
+		s.pending = worker.TaskAssemble
+	case lastEnd >= 0 && (s.replay == nil || s.replay.ThroughSeq < lastEnd):
+		s.pending = worker.TaskReplay
+	}
+	return nil
+}
+
+// reconcileWork runs the pending work: in local mode to the end, assembly
+// then replay; in pod mode one Job at a time, looking again when it ends.
+func (r *SessionReconciler) reconcileWork(ctx context.Context, s *sessionScope) error {
+	if s.pending == "" {
+		s.session.Status.Worker = nil
+	}
+	for s.pending != "" {
+		run := WorkerRun{
+			Session: s.session, Task: s.pending, StoreURL: r.Stores.URL(s.storeURL),
+			Location: s.location, Target: s.target, Log: s.log,
+		}
+		run.Name = runName(s.session, run.Task, s.position(run.Task))
+		if busy, err := r.Workers.Busy(ctx, s.session, run.Name); err != nil {
+			return err
+		} else if busy != "" {
+			s.ready = &condition{turnlogv1.ReasonWorkPending, fmt.Sprintf("waiting for worker run %s to finish", busy)}
+			return nil
+		}
+		st := &s.session.Status
+		if w := st.Worker; w != nil && w.Name == run.Name && w.RetryAt != nil {
+			if wait := time.Until(w.RetryAt.Time); wait > 0 {
+				s.ready = workerFailed(run, w)
+				s.result.RequeueAfter = wait
+				return nil
+			}
+		}
+		out, err := r.Workers.Run(ctx, run)
+		if err != nil {
+			return err
+		}
+		if st.Worker == nil || st.Worker.Name != run.Name {
+			st.Worker = &turnlogv1.WorkerRun{Task: string(run.Task), Name: run.Name}
+		}
+		switch w := st.Worker; {
+		case out.Failed && w.FailedAttempt != out.Attempt:
+			w.Failures++
+			w.FailedAttempt = out.Attempt
+			w.Message = truncate(out.Message, 1024)
+			backoff := retryBackoff(w.Failures)
+			w.RetryAt = &metav1.Time{Time: time.Now().Add(backoff).Truncate(time.Second)}
+			r.Recorder.Eventf(s.session, nil, "Warning", turnlogv1.EventWorkerFailed, "Run",
+				"%s run %s failed (attempt %d): %s", run.Task, run.Name, w.Failures, truncate(out.Message, 800))
+			s.ready = workerFailed(run, w)
+			s.result.RequeueAfter = backoff
+			return nil
+		case out.Failed:
+			// The backoff after this failure is over.
+			if err := r.Workers.Retry(ctx, run); err != nil {
+				return err
+			}
+			s.ready = &condition{turnlogv1.ReasonWorkPending, fmt.Sprintf("retrying %s run %s", run.Task, run.Name)}
+			s.result.RequeueAfter = time.Second
+			return nil
+		case !out.Done:
+			s.ready = &condition{turnlogv1.ReasonWorkPending, fmt.Sprintf("%s run %s is running", run.Task, run.Name)}
+			return nil
+		}
+		st.Worker = nil
+		if err := r.reconcileDerived(ctx, s); err != nil {
+			return err
+		}
+		if s.pending == run.Task {
+			// The head moved while the run read the log: the next run will
+			// pick it up; do not spin here.
+			s.ready = &condition{turnlogv1.ReasonWorkPending, fmt.Sprintf("the log grew during %s run %s", run.Task, run.Name)}
+			s.result.RequeueAfter = time.Second
+			return nil
+		}
+	}
+	return nil
+}
+
+// workerFailed is the Ready condition of a run that failed and waits to be
+// retried; status.worker says when.
+func workerFailed(run WorkerRun, w *turnlogv1.WorkerRun) *condition {
+	return &condition{turnlogv1.ReasonWorkerFailed, fmt.Sprintf("%s run %s failed %d times and is retried with backoff (status.worker.retryAt): %s",
+		run.Task, run.Name, w.Failures, w.Message)}
+}
+
+// position is what makes a run unique: the head assembly catches up with,
+// or the turn/end and target replay catches up with.
+func (s *sessionScope) position(task worker.Task) string {
+	if task == worker.TaskAssemble {
+		return fmt.Sprintf("head=%d", s.head.Head())
+	}
+	t := s.target
+	return fmt.Sprintf("through=%d target=%s/%s/%s/%s", s.head.LastTurnEnd.Seq, t.Kind, t.API, t.Provider, t.Model)
+}
+
+// retryBackoff is the wait before retrying a failed run: 5s doubling to 5m.
+func retryBackoff(failures int32) time.Duration {
+	d := 5 * time.Second
+	for i := int32(1); i < failures && d < 5*time.Minute; i++ {
+		d *= 2
+	}
+	return min(d, 5*time.Minute)
+}
+
+// patchStatus writes the status once, from what the steps found.
+func (r *SessionReconciler) patchStatus(ctx context.Context, s *sessionScope, reconcileErr error) error {
+	base := s.session.DeepCopy()
+	base.Status = s.before
+	setSessionConditions(s)
+	if reconcileErr == nil {
+		s.session.Status.ObservedGeneration = s.session.Generation
+	}
+	if equality.Semantic.DeepEqual(s.before, s.session.Status) {
+		return nil
+	}
+	if err := r.Status().Patch(ctx, s.session, client.MergeFrom(base)); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("patch status: %w", err)
+	}
+	return nil
+}
+
+func adapterOf(a turnlogv1.Adapter) turnlog.Adapter {
+	return turnlog.Adapter{Kind: a.Kind, API: a.API, Provider: a.Provider, Model: a.Model}
+}
+
+// Permissions on Sessions.
+// +kubebuilder:rbac:groups=turnlog.dev,resources=sessions,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=turnlog.dev,resources=sessions/status,verbs=get;patch
+// +kubebuilder:rbac:groups=turnlog.dev,resources=sessions/finalizers,verbs=update
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// SetupWithManager registers the reconciler. A Session is reconciled when
+// its spec changes, when its nudge annotation changes, and when one of its
+// worker Jobs changes; its own status writes do not wake it.
+func (r *SessionReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	b := ctrl.NewControllerManagedBy(mgr).
+		For(&turnlogv1.Session{}, builder.WithPredicates(predicate.Or(
+			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		Named("session")
+	if r.PodWorkers {
+		b = b.Owns(&batchv1.Job{})
+	}
+	return b.Complete(r)
+}

@@ -1,0 +1,43 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+)
+
+// reconcileDelete applies spec.retention and releases the Session. Only the
+// Session's own location — which includes its UID — is deleted, so neither
+// another Session nor a later one of the same name loses an object.
+func (r *SessionReconciler) reconcileDelete(ctx context.Context, session *turnlogv1.Session) error {
+	if !controllerutil.ContainsFinalizer(session, turnlogv1.FinalizerRetention) {
+		return nil
+	}
+	if err := r.Workers.Forget(ctx, session); err != nil {
+		return fmt.Errorf("delete worker runs: %w", err)
+	}
+	if session.Spec.Retention != turnlogv1.RetentionRetain {
+		url, loc := "", sessionLocation(session)
+		if st := session.Spec.Storage; st != nil {
+			url = st.URL
+		}
+		logs, err := r.Stores.Logs(ctx, url)
+		if err != nil {
+			return fmt.Errorf("delete the log at %s: %w", loc, err)
+		}
+		if _, err := logs.Delete(ctx, loc); err != nil {
+			return fmt.Errorf("delete the log at %s: %w", loc, err)
+		}
+	}
+	controllerutil.RemoveFinalizer(session, turnlogv1.FinalizerRetention)
+	if err := r.Update(ctx, session); err != nil {
+		return err
+	}
+	for _, task := range []string{"assemble", "replay"} {
+		r.reported.Delete(string(session.UID) + "/" + task)
+	}
+	return nil
+}

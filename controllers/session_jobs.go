@@ -1,0 +1,222 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/worker"
+)
+
+// JobWorkers runs each worker run as a batch/v1 Job whose pod has no
+// Kubernetes credentials and runs under the restricted Pod Security
+// Standard; results come back through object storage, and a one-line
+// summary (or the failure) through the container's termination message.
+type JobWorkers struct {
+	Client client.Client
+	// Reader reads straight from the API server: worker pods, which the
+	// manager does not cache, and the Jobs that decide whether a Session
+	// has a run going, which must not come from a cache a moment behind.
+	Reader client.Reader
+	Scheme *runtime.Scheme
+	// Image holds the turnlog binary as its entrypoint.
+	Image string
+	// ServiceAccount the pods run as; its token is never mounted. Empty is
+	// the namespace's default.
+	ServiceAccount string
+	// CredentialsSecret, if set, names a Secret in the Session's namespace
+	// whose keys become the worker's environment (e.g. AWS_ACCESS_KEY_ID).
+	CredentialsSecret string
+	Resources         corev1.ResourceRequirements
+	// BackoffLimit is how many times the Job controller retries a failed pod.
+	BackoffLimit int32
+	// ActiveDeadline bounds a run, retries included, so nothing stays
+	// Running forever.
+	ActiveDeadlineSeconds int64
+	// TTLSecondsAfterFinished lets the Job controller remove finished Jobs.
+	TTLSecondsAfterFinished int32
+}
+
+// The manager creates and removes worker Jobs and reads their pods'
+// termination messages.
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list
+
+// Run creates the run's Job if it does not exist and reports its outcome.
+func (w *JobWorkers) Run(ctx context.Context, run WorkerRun) (WorkerOutcome, error) {
+	job := &batchv1.Job{}
+	err := w.Client.Get(ctx, client.ObjectKey{Namespace: run.Session.Namespace, Name: run.Name}, job)
+	if apierrors.IsNotFound(err) {
+		job, err = w.job(run)
+		if err != nil {
+			return WorkerOutcome{}, err
+		}
+		if err := w.Client.Create(ctx, job); err != nil && !apierrors.IsAlreadyExists(err) {
+			return WorkerOutcome{}, fmt.Errorf("create worker Job %s: %w", run.Name, err)
+		}
+		return WorkerOutcome{}, nil
+	}
+	if err != nil {
+		return WorkerOutcome{}, err
+	}
+	switch {
+	case jobCondition(job, batchv1.JobComplete):
+		return WorkerOutcome{Done: true}, nil
+	case jobCondition(job, batchv1.JobFailed):
+		return WorkerOutcome{Failed: true, Attempt: string(job.UID), Message: w.failureMessage(ctx, job)}, nil
+	}
+	return WorkerOutcome{}, nil
+}
+
+// Retry deletes the run's failed Job, so that the next Run creates it
+// afresh under the same name.
+func (w *JobWorkers) Retry(ctx context.Context, run WorkerRun) error {
+	job := &batchv1.Job{}
+	if err := w.Client.Get(ctx, client.ObjectKey{Namespace: run.Session.Namespace, Name: run.Name}, job); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if !jobCondition(job, batchv1.JobFailed) {
+		return nil
+	}
+	if err := w.Client.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground), client.Preconditions{UID: &job.UID}); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("delete failed worker Job %s: %w", job.Name, err)
+	}
+	return nil
+}
+
+// Busy returns the name of an unfinished worker Job of session other than
+// name.
+func (w *JobWorkers) Busy(ctx context.Context, session *turnlogv1.Session, name string) (string, error) {
+	jobs := &batchv1.JobList{}
+	if err := w.Reader.List(ctx, jobs, client.InNamespace(session.Namespace), client.MatchingLabels{turnlogv1.LabelSession: string(session.UID)}); err != nil {
+		return "", err
+	}
+	for i := range jobs.Items {
+		j := &jobs.Items[i]
+		if j.Name != name && j.DeletionTimestamp == nil && !jobCondition(j, batchv1.JobComplete) && !jobCondition(j, batchv1.JobFailed) {
+			return j.Name, nil
+		}
+	}
+	return "", nil
+}
+
+// Forget deletes session's worker Jobs; their pods follow.
+func (w *JobWorkers) Forget(ctx context.Context, session *turnlogv1.Session) error {
+	jobs := &batchv1.JobList{}
+	if err := w.Client.List(ctx, jobs, client.InNamespace(session.Namespace), client.MatchingLabels{turnlogv1.LabelSession: string(session.UID)}); err != nil {
+		return err
+	}
+	for i := range jobs.Items {
+		if err := w.Client.Delete(ctx, &jobs.Items[i], client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func jobCondition(job *batchv1.Job, t batchv1.JobConditionType) bool {
+	for _, c := range job.Status.Conditions {
+		if c.Type == t && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+// failureMessage is the last failed pod's termination message, else the
+// Job's own reason (deadline exceeded, backoff limit reached).
+func (w *JobWorkers) failureMessage(ctx context.Context, job *batchv1.Job) string {
+	pods := &corev1.PodList{}
+	if err := w.Reader.List(ctx, pods, client.InNamespace(job.Namespace), client.MatchingLabels{"batch.kubernetes.io/job-name": job.Name}); err == nil {
+		for _, pod := range pods.Items {
+			for _, cs := range pod.Status.ContainerStatuses {
+				if t := cs.State.Terminated; t != nil && t.ExitCode != 0 && t.Message != "" {
+					return truncate(t.Message, 1024)
+				}
+			}
+		}
+	}
+	for _, c := range job.Status.Conditions {
+		if c.Type == batchv1.JobFailed {
+			return truncate(fmt.Sprintf("worker Job %s failed: %s: %s", job.Name, c.Reason, c.Message), 1024)
+		}
+	}
+	return fmt.Sprintf("worker Job %s failed", job.Name)
+}
+
+// job builds the Job of a run.
+func (w *JobWorkers) job(run WorkerRun) (*batchv1.Job, error) {
+	labels := map[string]string{
+		"app.kubernetes.io/name":      "turnlog",
+		"app.kubernetes.io/component": "worker",
+		turnlogv1.LabelSession:        string(run.Session.UID),
+		turnlogv1.LabelTask:           string(run.Task),
+	}
+	args := []string{"worker", string(run.Task),
+		"--store-url=" + run.StoreURL,
+		"--prefix=" + run.Location.Prefix,
+		"--namespace=" + run.Location.Namespace,
+		"--session=" + run.Location.Session,
+		"--uid=" + run.Location.UID,
+		"--termination-message-path=" + corev1.TerminationMessagePathDefault,
+	}
+	if run.Task == worker.TaskReplay {
+		args = append(args, "--target-kind="+run.Target.Kind, "--target-api="+run.Target.API,
+			"--target-provider="+run.Target.Provider, "--target-model="+run.Target.Model)
+	}
+	container := corev1.Container{
+		Name:  "worker",
+		Image: w.Image,
+		// The image's entrypoint is the turnlog binary.
+		Args:                     args,
+		Resources:                w.Resources,
+		TerminationMessagePath:   corev1.TerminationMessagePathDefault,
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+		SecurityContext: &corev1.SecurityContext{
+			AllowPrivilegeEscalation: ptr.To(false),
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			RunAsNonRoot:             ptr.To(true),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		},
+	}
+	if w.CredentialsSecret != "" {
+		container.EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: w.CredentialsSecret},
+		}}}
+	}
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: run.Name, Namespace: run.Session.Namespace, Labels: labels},
+		Spec: batchv1.JobSpec{
+			BackoffLimit:            ptr.To(w.BackoffLimit),
+			ActiveDeadlineSeconds:   ptr.To(w.ActiveDeadlineSeconds),
+			TTLSecondsAfterFinished: ptr.To(w.TTLSecondsAfterFinished),
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					RestartPolicy:                corev1.RestartPolicyNever,
+					ServiceAccountName:           w.ServiceAccount,
+					AutomountServiceAccountToken: ptr.To(false),
+					EnableServiceLinks:           ptr.To(false),
+					SecurityContext: &corev1.PodSecurityContext{
+						RunAsNonRoot:   ptr.To(true),
+						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+					},
+					Containers: []corev1.Container{container},
+				},
+			},
+		},
+	}
+	if err := controllerutil.SetControllerReference(run.Session, job, w.Scheme); err != nil {
+		return nil, err
+	}
+	return job, nil
+}

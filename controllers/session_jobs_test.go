@@ -1,0 +1,249 @@
+package controllers
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/worker"
+)
+
+// Pod worker mode. envtest has no Job controller and no kubelet, so the
+// specs play both: they run the worker command the pod spec names, in this
+// process, and record the pod's result and the Job's outcome through the
+// API as those components would.
+var _ = Describe("Session controller with pod workers", Ordered, func() {
+	var (
+		ns     string
+		stores *BucketCache
+		sio    *SessionIO
+		stop   func()
+	)
+
+	BeforeAll(func() {
+		ns = newNamespace("pods")
+		stores = &BucketCache{DefaultURL: "file://" + GinkgoT().TempDir()}
+		sio = &SessionIO{Client: k8sClient, Stores: stores}
+		stop = startManager(ns, Config{
+			Stores: stores, WorkerMode: WorkerModePod, PollInterval: time.Hour,
+			Jobs: JobWorkers{
+				Image: "ghcr.io/turnlog/turnlog:test", ServiceAccount: "turnlog-worker", CredentialsSecret: "store-credentials",
+				Resources:    corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")}},
+				BackoffLimit: 2, ActiveDeadlineSeconds: 600, TTLSecondsAfterFinished: 3600,
+			},
+		})
+	})
+	AfterAll(func() {
+		stop()
+		Expect(stores.Close()).To(Succeed())
+	})
+
+	// unfinishedJobs lists the worker Jobs of a Session still running.
+	unfinishedJobs := func(g Gomega, s *turnlogv1.Session) []batchv1.Job {
+		jobs := &batchv1.JobList{}
+		g.Expect(k8sClient.List(ctx, jobs, client.InNamespace(ns), client.MatchingLabels{turnlogv1.LabelSession: string(s.UID)})).To(Succeed())
+		var out []batchv1.Job
+		for _, j := range jobs.Items {
+			if !jobCondition(&j, batchv1.JobComplete) && !jobCondition(&j, batchv1.JobFailed) {
+				out = append(out, j)
+			}
+		}
+		return out
+	}
+	// theJob waits for the one unfinished Job of a Session.
+	theJob := func(s *turnlogv1.Session) batchv1.Job {
+		GinkgoHelper()
+		var job batchv1.Job
+		Eventually(func(g Gomega) {
+			jobs := unfinishedJobs(g, s)
+			g.Expect(jobs).To(HaveLen(1))
+			job = jobs[0]
+		}).Should(Succeed())
+		return job
+	}
+
+	It("runs assembly and replay as Jobs under the restricted profile, one at a time, and reports what they stored", func() {
+		log := readLog("legacy-flat-state.jsonl")
+		session, _, err := sio.Import(ctx, ns, "podded", bytes.NewReader(logLines(log, 5)))
+		Expect(err).NotTo(HaveOccurred())
+
+		job := theJob(session)
+		Expect(job.Name).To(MatchRegexp(`^podded-assemble-[0-9a-f]{10}$`))
+		Expect(job.Labels).To(HaveKeyWithValue(turnlogv1.LabelTask, "assemble"))
+		Expect(job.OwnerReferences).To(ConsistOf(HaveField("UID", session.UID)))
+		Expect(*job.Spec.BackoffLimit).To(Equal(int32(2)))
+		Expect(*job.Spec.ActiveDeadlineSeconds).To(Equal(int64(600)))
+		Expect(*job.Spec.TTLSecondsAfterFinished).To(Equal(int32(3600)))
+		pod := job.Spec.Template.Spec
+		Expect(pod.AutomountServiceAccountToken).To(Equal(ptr.To(false)))
+		Expect(pod.ServiceAccountName).To(Equal("turnlog-worker"))
+		Expect(pod.RestartPolicy).To(Equal(corev1.RestartPolicyNever))
+		Expect(pod.SecurityContext.RunAsNonRoot).To(Equal(ptr.To(true)))
+		Expect(pod.SecurityContext.SeccompProfile.Type).To(Equal(corev1.SeccompProfileTypeRuntimeDefault))
+		Expect(pod.Containers).To(HaveLen(1))
+		c := pod.Containers[0]
+		Expect(c.Image).To(Equal("ghcr.io/turnlog/turnlog:test"))
+		Expect(c.Args[:2]).To(Equal([]string{"worker", "assemble"}))
+		Expect(c.SecurityContext.ReadOnlyRootFilesystem).To(Equal(ptr.To(true)))
+		Expect(c.SecurityContext.AllowPrivilegeEscalation).To(Equal(ptr.To(false)))
+		Expect(c.SecurityContext.Capabilities.Drop).To(Equal([]corev1.Capability{"ALL"}))
+		Expect(c.EnvFrom).To(ConsistOf(HaveField("SecretRef.Name", "store-credentials")))
+		Expect(c.Resources.Limits.Memory().String()).To(Equal("256Mi"))
+		Eventually(func(g Gomega) {
+			s := getSession(ns, "podded")(g)
+			g.Expect(cond(s.Status.Conditions, turnlogv1.ConditionReady)).To(Equal("False/WorkPending"))
+			g.Expect(s.Status.Worker).To(Equal(&turnlogv1.WorkerRun{Task: "assemble", Name: job.Name}))
+		}).Should(Succeed())
+
+		By("appending while the Job runs: still one Job")
+		_, _, err = sio.Append(ctx, ns, "podded", bytes.NewReader(bytes.TrimPrefix(log, logLines(log, 5))))
+		Expect(err).NotTo(HaveOccurred())
+		Consistently(func(g Gomega) []batchv1.Job { return unfinishedJobs(g, session) }, "2s").Should(
+			ConsistOf(HaveField("Name", job.Name)))
+
+		By("playing the kubelet for each Job until the Session is Ready")
+		var tasks []string
+		for i := 0; i < 6 && cond(getSession(ns, "podded")(Default).Status.Conditions, turnlogv1.ConditionReady) != "True/Current"; i++ {
+			job := theJob(session)
+			tasks = append(tasks, job.Labels[turnlogv1.LabelTask])
+			msg := runWorkerPod(&job, 0)
+			Expect(msg).To(HavePrefix(`{"task":"` + job.Labels[turnlogv1.LabelTask] + `"`))
+			Expect(len(msg)).To(BeNumerically("<=", 4096))
+			Eventually(func(g Gomega) bool {
+				s := getSession(ns, "podded")(g)
+				return s.Status.Worker == nil || s.Status.Worker.Name != job.Name
+			}).Should(BeTrue())
+		}
+		Expect(tasks).To(ContainElements("assemble", "replay"))
+		s := waitReady(ns, "podded")
+		Expect(*s.Status.AssembledThroughSeq).To(Equal(int64(11)))
+		Expect(s.Status.Replay.Degraded).To(Equal(int64(1)))
+		Expect(s.Status.Replay.DegradedSeqs.Version).To(Equal([]int64{3}))
+		Eventually(sessionEvents(ns, "podded", turnlogv1.EventReplayDegraded)).Should(HaveLen(1))
+	})
+
+	It("retries a failed worker run and reports the failure in status", func() {
+		session, _, err := sio.Import(ctx, ns, "flaky", bytes.NewReader(readLog("aborted-turn.jsonl")))
+		Expect(err).NotTo(HaveOccurred())
+		job := theJob(session)
+		runWorkerPod(&job, 1)
+
+		Eventually(func(g Gomega) {
+			s := getSession(ns, "flaky")(g)
+			g.Expect(cond(s.Status.Conditions, turnlogv1.ConditionReady)).To(Equal("False/WorkerFailed"))
+			g.Expect(s.Status.Worker).NotTo(BeNil())
+			g.Expect(s.Status.Worker.Failures).To(Equal(int32(1)))
+			g.Expect(s.Status.Worker.Message).To(ContainSubstring("unsupported scheme"))
+		}).Should(Succeed())
+		Eventually(sessionEvents(ns, "flaky", turnlogv1.EventWorkerFailed)).Should(ConsistOf(
+			HaveField("Note", ContainSubstring("assemble run "+job.Name+" failed (attempt 1)"))))
+
+		By("seeing the same run retried as a new Job")
+		retry := theJob(session)
+		Expect(retry.Name).To(Equal(job.Name))
+		Expect(retry.UID).NotTo(Equal(job.UID))
+		runWorkerPod(&retry, 0)
+		Eventually(func(g Gomega) *turnlogv1.WorkerRun { return getSession(ns, "flaky")(g).Status.Worker }).
+			Should(HaveField("Task", "replay"))
+		replay := theJob(session)
+		runWorkerPod(&replay, 0)
+		s := waitReady(ns, "flaky")
+		Expect(s.Status.Worker).To(BeNil())
+		Expect(*s.Status.HeadSeq).To(Equal(int64(21)))
+	})
+
+	It("creates a worker Job again when it vanishes", func() {
+		session, _, err := sio.Import(ctx, ns, "vanishing", bytes.NewReader(readLog("aborted-turn.jsonl")))
+		Expect(err).NotTo(HaveOccurred())
+		job := theJob(session)
+		Expect(k8sClient.Delete(ctx, &job, client.PropagationPolicy(metav1.DeletePropagationBackground))).To(Succeed())
+		again := theJob(session)
+		Expect(again.Name).To(Equal(job.Name))
+		Expect(again.UID).NotTo(Equal(job.UID))
+	})
+})
+
+var terminationPathArg = regexp.MustCompile(`^--termination-message-path=`)
+
+// runWorkerPod plays the kubelet and the Job controller for one Job: it
+// runs the container's command (the image's entrypoint is turnlog, so the
+// args are a turnlog command line), records the pod with its exit code and
+// termination message, and marks the Job complete or failed. failWith != 0
+// makes the run fail the way a pod without store access does: the store URL
+// it is given does not open. It returns the termination message.
+func runWorkerPod(job *batchv1.Job, failWith int) string {
+	GinkgoHelper()
+	c := job.Spec.Template.Spec.Containers[0]
+	Expect(c.Args[0]).To(Equal("worker"))
+	termination := filepath.Join(GinkgoT().TempDir(), "termination-log")
+	args := make([]string, 0, len(c.Args))
+	for _, a := range c.Args[1:] {
+		switch {
+		case terminationPathArg.MatchString(a):
+			Expect(a).To(HaveSuffix("=" + c.TerminationMessagePath))
+			a = "--termination-message-path=" + termination // where the kubelet mounts it
+		case failWith != 0 && strings.HasPrefix(a, "--store-url="):
+			a = "--store-url=unreachable://bucket"
+		}
+		args = append(args, a)
+	}
+	var stdout, stderr bytes.Buffer
+	code := worker.Command(ctx, args, &stdout, &stderr)
+	Expect(code).To(Equal(failWith), "worker %v: %s", args, stderr.String())
+	msg, err := os.ReadFile(termination)
+	Expect(err).NotTo(HaveOccurred())
+
+	now := metav1.Now()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			GenerateName: job.Name + "-", Namespace: job.Namespace,
+			Labels: map[string]string{"batch.kubernetes.io/job-name": job.Name, "job-name": job.Name},
+		},
+		Spec: job.Spec.Template.Spec,
+	}
+	Expect(k8sClient.Create(ctx, pod)).To(Succeed())
+	pod.Status = corev1.PodStatus{
+		Phase: corev1.PodSucceeded,
+		ContainerStatuses: []corev1.ContainerStatus{{
+			Name: c.Name, Image: c.Image,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+				ExitCode: int32(code), Message: string(msg), StartedAt: now, FinishedAt: now,
+			}},
+		}},
+	}
+	if code != 0 {
+		pod.Status.Phase = corev1.PodFailed
+	}
+	Expect(k8sClient.Status().Update(ctx, pod)).To(Succeed())
+
+	job.Status.StartTime = &now
+	if code == 0 {
+		job.Status.Succeeded = 1
+		job.Status.CompletionTime = &now
+		job.Status.Conditions = []batchv1.JobCondition{
+			{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		}
+	} else {
+		job.Status.Failed = 1
+		job.Status.Conditions = []batchv1.JobCondition{
+			{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, Reason: batchv1.JobReasonBackoffLimitExceeded, LastTransitionTime: now},
+			{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: batchv1.JobReasonBackoffLimitExceeded, Message: "Job has reached the specified backoff limit", LastTransitionTime: now},
+		}
+	}
+	Expect(k8sClient.Status().Update(ctx, job)).To(Succeed())
+	return string(msg)
+}

@@ -1,0 +1,173 @@
+package controllers
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+)
+
+// A Session in local worker mode, as a user sees it after `turnlog import`
+// and `turnlog append`: its status and its Events.
+var _ = Describe("Session controller", Ordered, func() {
+	var (
+		ns     string
+		stores *BucketCache
+		sio    *SessionIO
+		stop   func()
+	)
+
+	BeforeAll(func() {
+		ns = newNamespace("sessions")
+		stores = &BucketCache{DefaultURL: "mem://"}
+		sio = &SessionIO{Client: k8sClient, Stores: stores}
+		// A long poll interval: every update below must come from a nudge.
+		stop = startManager(ns, Config{Stores: stores, WorkerMode: WorkerModeLocal, PollInterval: time.Hour})
+	})
+	AfterAll(func() {
+		stop()
+		Expect(stores.Close()).To(Succeed())
+	})
+
+	It("summarises an imported log in status, and follows appends", func() {
+		log := readLog("aborted-turn.jsonl")
+		_, n, err := sio.Import(ctx, ns, "haiku", bytes.NewReader(logLines(log, 16)))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(n).To(Equal(int64(16)))
+
+		s := waitReady(ns, "haiku")
+		Expect(*s.Status.HeadSeq).To(Equal(int64(15)))
+		Expect(s.Status.Turns).To(Equal(int64(2)))
+		Expect(*s.Status.LastTurnEnd).To(Equal(turnlogv1.TurnEnd{Seq: 15, Turn: 2, Reason: "aborted"}))
+		Expect(*s.Status.AssembledThroughSeq).To(Equal(int64(15)))
+		Expect(s.Status.Location).To(ContainSubstring(ns + "/haiku/" + string(s.UID)))
+		// Turn 2 was aborted: its frozen partial text is no assistant message.
+		Expect(s.Status.Replay).To(Equal(&turnlogv1.ReplaySummary{
+			ThroughSeq: 15, Native: 1,
+			Adapter: turnlogv1.Adapter{Kind: "pi-ai", API: "anthropic-messages", Provider: "anthropic", Model: "claude-sonnet-4-5"},
+		}))
+		Expect(cond(s.Status.Conditions, turnlogv1.ConditionReady)).To(Equal("True/Current"))
+		Expect(cond(s.Status.Conditions, turnlogv1.ConditionAssembled)).To(Equal("True/Assembled"))
+		Expect(cond(s.Status.Conditions, turnlogv1.ConditionReplayDegraded)).To(Equal("False/NoneDegraded"))
+		Expect(s.Status.Worker).To(BeNil())
+
+		By("appending the third turn")
+		first, n, err := sio.Append(ctx, ns, "haiku", bytes.NewReader(bytes.TrimPrefix(log, logLines(log, 16))))
+		Expect(err).NotTo(HaveOccurred())
+		Expect([]int64{first, n}).To(Equal([]int64{16, 6}))
+		Eventually(func(g Gomega) {
+			s := getSession(ns, "haiku")(g)
+			g.Expect(s.Status.Replay).NotTo(BeNil())
+			g.Expect(s.Status.Replay.ThroughSeq).To(Equal(int64(21)))
+			g.Expect(s.Status.Replay.Native).To(Equal(int64(2)))
+			g.Expect(*s.Status.HeadSeq).To(Equal(int64(21)))
+			g.Expect(s.Status.Turns).To(Equal(int64(3)))
+			g.Expect(*s.Status.AssembledThroughSeq).To(Equal(int64(21)))
+			g.Expect(cond(s.Status.Conditions, turnlogv1.ConditionReady)).To(Equal("True/Current"))
+		}).Should(Succeed())
+		Expect(exportLog(sio, ns, "haiku")).To(Equal(string(log)))
+	})
+
+	It("refuses an append that does not continue the log, and writes nothing", func() {
+		log := readLog("aborted-turn.jsonl")
+		_, _, err := sio.Import(ctx, ns, "refused", bytes.NewReader(logLines(log, 8)))
+		Expect(err).NotTo(HaveOccurred())
+		_, _, err = sio.Append(ctx, ns, "refused", bytes.NewReader(bytes.TrimPrefix(log, logLines(log, 9))))
+		Expect(err).To(MatchError(ContainSubstring("line 1")))
+		Expect(exportLog(sio, ns, "refused")).To(Equal(string(logLines(log, 8))))
+	})
+
+	It("raises a ReplayDegraded Event with seq, cause and adapter for legacy replay state", func() {
+		_, _, err := sio.Import(ctx, ns, "legacy", bytes.NewReader(readLog("legacy-flat-state.jsonl")))
+		Expect(err).NotTo(HaveOccurred())
+		s := waitReady(ns, "legacy")
+		Expect(s.Status.Replay.Degraded).To(Equal(int64(1)))
+		Expect(s.Status.Replay.Foreign).To(Equal(int64(1)))
+		Expect(s.Status.Replay.Native).To(Equal(int64(1)))
+		Expect(s.Status.Replay.DegradedSeqs.Version).To(Equal([]int64{3}))
+		Expect(cond(s.Status.Conditions, turnlogv1.ConditionReplayDegraded)).To(Equal("True/MessagesDegraded"))
+
+		Eventually(sessionEvents(ns, "legacy", turnlogv1.EventReplayDegraded)).Should(HaveLen(1))
+		e := sessionEvents(ns, "legacy", turnlogv1.EventReplayDegraded)(Default)[0]
+		Expect(e.Type).To(Equal("Warning"))
+		Expect(e.Regarding.Kind).To(Equal("Session"))
+		Expect(e.Note).To(HavePrefix("seq 3 replayed provider-neutral for pi-ai anthropic-messages/anthropic/claude-sonnet-4-5: cause version: "))
+		Expect(len(e.Note)).To(BeNumerically("<=", 1024))
+		Eventually(sessionEvents(ns, "legacy", turnlogv1.EventReplayed)).Should(ConsistOf(
+			HaveField("Note", "replayed through seq 11 for pi-ai anthropic-messages/anthropic/claude-sonnet-4-5: 1 native, 1 foreign, 1 degraded")))
+		Eventually(sessionEvents(ns, "legacy", turnlogv1.EventAssembled)).Should(HaveLen(1))
+	})
+
+	It("bounds the Events of a log with 50 degraded messages, keeping the count in status", func() {
+		_, _, err := sio.Import(ctx, ns, "degraded", bytes.NewReader(degradedLog(50)))
+		Expect(err).NotTo(HaveOccurred())
+		s := waitReady(ns, "degraded")
+		Expect(s.Status.Replay.Degraded).To(Equal(int64(50)))
+		Expect(s.Status.Replay.DegradedSeqs.Version).To(HaveLen(turnlogv1.MaxDegradedSeqs))
+		Expect(s.Status.Replay.DegradedSeqs.Version[:2]).To(Equal([]int64{3, 7}))
+
+		Eventually(sessionEvents(ns, "degraded", turnlogv1.EventReplayDegraded)).Should(HaveLen(11))
+		Consistently(sessionEvents(ns, "degraded", turnlogv1.EventReplayDegraded), "2s").Should(HaveLen(11))
+		Expect(notes(sessionEvents(ns, "degraded", turnlogv1.EventReplayDegraded)(Default))).To(ContainElement(
+			"40 more messages degraded in this replay run (50 in all, not listed as Events); status.replay.degradedSeqs lists them by cause"))
+	})
+
+	It("raises EnvelopeDiscarded when assembly discards a misaligned envelope", func() {
+		_, _, err := sio.Import(ctx, ns, "misaligned", bytes.NewReader(readLog("misaligned-envelope.jsonl")))
+		Expect(err).NotTo(HaveOccurred())
+		s := waitReady(ns, "misaligned")
+		Expect(s.Status.EnvelopesDiscarded).To(Equal(int64(1)))
+		Eventually(sessionEvents(ns, "misaligned", turnlogv1.EventEnvelopeDiscarded)).Should(ConsistOf(
+			And(HaveField("Type", "Warning"), HaveField("Note", ContainSubstring("seq 6: ")))))
+	})
+
+	It("keeps a log in a file:// store under the Session's own location", func() {
+		dir := GinkgoT().TempDir()
+		session := &turnlogv1.Session{
+			ObjectMeta: metav1.ObjectMeta{Name: "on-disk", Namespace: ns},
+			Spec:       turnlogv1.SessionSpec{Storage: &turnlogv1.SessionStorage{URL: "file://" + dir, Prefix: "team-a"}},
+		}
+		Expect(k8sClient.Create(ctx, session)).To(Succeed())
+		_, _, err := sio.Import(ctx, ns, "on-disk", bytes.NewReader(readLog("aborted-turn.jsonl")))
+		Expect(err).NotTo(HaveOccurred())
+		s := waitReady(ns, "on-disk")
+		Expect(*s.Status.HeadSeq).To(Equal(int64(21)))
+		entries, err := os.ReadDir(filepath.Join(dir, "team-a", ns, "on-disk", string(s.UID), "log"))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(entries).NotTo(BeEmpty())
+	})
+
+	It("reports an empty log as Ready with reason EmptyLog", func() {
+		Expect(k8sClient.Create(ctx, &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Name: "empty", Namespace: ns}})).To(Succeed())
+		Eventually(func(g Gomega) {
+			s := getSession(ns, "empty")(g)
+			g.Expect(cond(s.Status.Conditions, turnlogv1.ConditionReady)).To(Equal("True/EmptyLog"))
+			g.Expect(s.Status.HeadSeq).To(BeNil())
+			g.Expect(s.Finalizers).To(ContainElement(turnlogv1.FinalizerRetention))
+		}).Should(Succeed())
+	})
+})
+
+// degradedLog is a log of n turns, each answered by a host-written
+// assistant message with legacy flat replay state, which replay degrades.
+func degradedLog(n int) []byte {
+	var b strings.Builder
+	fmt.Fprintln(&b, `{"seq":0,"type":"session/start","adapter":{"kind":"pi-ai","api":"anthropic-messages","provider":"anthropic","model":"claude-sonnet-4-5"}}`)
+	seq := 1
+	for turn := 1; turn <= n; turn++ {
+		fmt.Fprintf(&b, `{"seq":%d,"type":"turn/start","turn":%d}`+"\n", seq, turn)
+		fmt.Fprintf(&b, `{"seq":%d,"type":"user/message","turn":%d,"content":[{"type":"text","text":"question %d"}]}`+"\n", seq+1, turn, turn)
+		fmt.Fprintf(&b, `{"seq":%d,"type":"assistant/message","turn":%d,"response":0,"message":{"role":"assistant","content":[{"type":"text","text":"answer %d"}],"api":"anthropic-messages","provider":"anthropic","model":"claude-sonnet-4-5","stopReason":"stop","replayState":{"responseId":"msg_%d"}}}`+"\n", seq+2, turn, turn, turn)
+		fmt.Fprintf(&b, `{"seq":%d,"type":"turn/end","turn":%d,"reason":"stop"}`+"\n", seq+3, turn)
+		seq += 4
+	}
+	return []byte(b.String())
+}

@@ -1,0 +1,387 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/forkcut"
+	"github.com/turnlog/turnlog/internal/sessionlog"
+	"github.com/turnlog/turnlog/internal/worker"
+)
+
+// SessionForkReconciler materialises a SessionFork as a child Session whose
+// log is the source's prefix through the cut.
+//
+// Each step can be repeated after a crash at any point and lead to the same
+// end: the child's name is fixed by the SessionFork, a Session of that name
+// is taken as the child only if its spec.forkedFrom names this fork, the
+// prefix copy completes a partial copy of the same prefix, and the fork's
+// status is written last.
+type SessionForkReconciler struct {
+	client.Client
+	Recorder events.EventRecorder
+	Stores   Stores
+	// PollInterval is how often a fork waiting for its turn to end looks at
+	// the source again without being woken by the source's status.
+	PollInterval time.Duration
+}
+
+// forkScope is what the steps of one reconcile share.
+type forkScope struct {
+	fork   *turnlogv1.SessionFork
+	before turnlogv1.SessionForkStatus
+
+	anchor int64
+	source *turnlogv1.Session
+	child  *turnlogv1.Session
+	point  forkcut.Point
+
+	// outcome is the Succeeded condition the steps settled on.
+	outcome condition
+	status  metav1.ConditionStatus
+	// transient is set for errors worth retrying; observedGeneration is
+	// then left alone.
+	transient bool
+	result    ctrl.Result
+}
+
+// errForkFailed marks a terminal failure, already in the fork's status.
+var errForkFailed = errors.New("fork failed")
+
+// Reconcile runs the fork's steps and writes its status once.
+func (r *SessionForkReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, err error) {
+	fork := &turnlogv1.SessionFork{}
+	if err := r.Get(ctx, req.NamespacedName, fork); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if c := meta.FindStatusCondition(fork.Status.Conditions, turnlogv1.ConditionSucceeded); c != nil && c.Status != metav1.ConditionUnknown && c.ObservedGeneration == fork.Generation {
+		return ctrl.Result{}, nil // a fork runs to completion once
+	}
+	s := &forkScope{fork: fork, before: *fork.Status.DeepCopy(), status: metav1.ConditionUnknown,
+		outcome: condition{turnlogv1.ReasonForking, "forking"}}
+	defer func() {
+		err = errors.Join(err, r.patchStatus(ctx, s))
+		if errors.Is(err, errForkFailed) {
+			err = reconcile.TerminalError(err)
+		}
+	}()
+	for _, step := range []func(context.Context, *forkScope) error{
+		r.reconcileAnchor,
+		r.reconcileSource,
+		r.reconcileCut,
+		r.reconcileChild,
+		r.reconcileCopy,
+	} {
+		if err := step(ctx, s); err != nil {
+			return ctrl.Result{}, err
+		}
+		if s.status != metav1.ConditionUnknown || s.result.RequeueAfter > 0 {
+			return s.result, nil
+		}
+	}
+	s.status = metav1.ConditionTrue
+	s.outcome = condition{turnlogv1.ReasonForked, fmt.Sprintf("child Session %s holds seq 0..%d of %s", s.child.Name, s.point.CutSeq, s.source.Name)}
+	r.Recorder.Eventf(fork, s.child, "Normal", turnlogv1.EventForked, "Fork",
+		"created Session %s from %s seq 0..%d (atSeq %s, anchor %d, turn %d ended %s)",
+		s.child.Name, s.source.Name, s.point.CutSeq, fork.Spec.AtSeq, s.point.AnchorSeq, s.point.CutTurn, s.point.CutReason)
+	return ctrl.Result{}, nil
+}
+
+// fail ends the fork for good.
+func (r *SessionForkReconciler) fail(s *forkScope, reason, format string, args ...any) error {
+	msg := fmt.Sprintf(format, args...)
+	s.status, s.outcome = metav1.ConditionFalse, condition{reason, msg}
+	r.Recorder.Eventf(s.fork, nil, "Warning", turnlogv1.EventForkFailed, "Fork", "%s: %s", reason, truncate(msg, 900))
+	return fmt.Errorf("%w: %s", errForkFailed, msg)
+}
+
+// transientError records an error worth retrying.
+func (s *forkScope) transientError(err error) error {
+	s.transient = true
+	s.outcome = condition{turnlogv1.ReasonForking, truncate(err.Error(), 1024)}
+	return err
+}
+
+func (r *SessionForkReconciler) reconcileAnchor(_ context.Context, s *forkScope) error {
+	anchor, err := forkcut.ParseAtSeq(s.fork.Spec.AtSeq)
+	if err != nil {
+		return r.fail(s, turnlogv1.ReasonInvalidAtSeq, "%v", err)
+	}
+	s.anchor = anchor
+	s.fork.Status.AnchorSeq = &anchor
+	return nil
+}
+
+func (r *SessionForkReconciler) reconcileSource(ctx context.Context, s *forkScope) error {
+	source := &turnlogv1.Session{}
+	err := r.Get(ctx, client.ObjectKey{Namespace: s.fork.Namespace, Name: s.fork.Spec.Source.Name}, source)
+	if apierrors.IsNotFound(err) {
+		return r.fail(s, turnlogv1.ReasonSourceNotFound, "source Session %s does not exist in namespace %s", s.fork.Spec.Source.Name, s.fork.Namespace)
+	}
+	if err != nil {
+		return s.transientError(err)
+	}
+	if !source.DeletionTimestamp.IsZero() {
+		return r.fail(s, turnlogv1.ReasonSourceNotFound, "source Session %s is being deleted", source.Name)
+	}
+	s.source = source
+
+	child := &turnlogv1.Session{}
+	err = r.Get(ctx, client.ObjectKey{Namespace: s.fork.Namespace, Name: childName(s.fork)}, child)
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return s.transientError(err)
+	case !isChildOf(child, s.fork, source, s.anchor):
+		return r.fail(s, turnlogv1.ReasonTargetExists, "Session %s already exists and was not created by this SessionFork; set spec.target.name to another name", child.Name)
+	default:
+		s.child = child
+	}
+	return nil
+}
+
+// reconcileCut finds the cut in the source's log, reading only the prefix
+// it keeps. A child that exists already records the cut it was made with.
+func (r *SessionForkReconciler) reconcileCut(ctx context.Context, s *forkScope) error {
+	if s.child != nil {
+		from := s.child.Spec.ForkedFrom
+		s.point = forkcut.Point{AtSeq: s.fork.Spec.AtSeq, AnchorSeq: from.AnchorSeq, CutSeq: from.CutSeq}
+		if p, err := r.findCut(ctx, s); err == nil && p.CutSeq == from.CutSeq {
+			s.point = p
+		}
+		s.setCut()
+		return nil
+	}
+	p, err := r.findCut(ctx, s)
+	switch {
+	case errors.Is(err, forkcut.ErrAnchorBeyondHead):
+		return r.fail(s, turnlogv1.ReasonAnchorBeyondHead, "%v", err)
+	case errors.Is(err, forkcut.ErrTurnNotEnded):
+		s.outcome = condition{turnlogv1.ReasonTurnInProgress, err.Error()}
+		s.result.RequeueAfter = r.PollInterval
+		return nil
+	case err != nil:
+		return s.transientError(err)
+	}
+	s.point = p
+	s.setCut()
+	return nil
+}
+
+func (r *SessionForkReconciler) findCut(ctx context.Context, s *forkScope) (forkcut.Point, error) {
+	log, err := r.sourceLog(ctx, s)
+	if err != nil {
+		return forkcut.Point{}, err
+	}
+	events, err := log.Events(ctx, 0)
+	if err != nil {
+		return forkcut.Point{}, err
+	}
+	defer events.Close()
+	return forkcut.Find(events, s.fork.Spec.AtSeq)
+}
+
+func (s *forkScope) setCut() {
+	st := &s.fork.Status
+	cut, turn := s.point.CutSeq, s.point.CutTurn
+	st.CutSeq = &cut
+	if turn > 0 {
+		st.CutTurn = &turn
+		st.CutReason = string(s.point.CutReason)
+	}
+}
+
+// reconcileChild creates the child Session. It is created before its log is
+// copied because the log's location includes the child's UID; until the
+// copy is complete the Session controller reports the child as Seeding.
+func (r *SessionForkReconciler) reconcileChild(ctx context.Context, s *forkScope) error {
+	if s.child != nil {
+		s.fork.Status.ChildName = s.child.Name
+		return nil
+	}
+	labels := maps.Clone(s.fork.Spec.Target.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[turnlogv1.LabelForkSource] = s.source.Name
+	labels[turnlogv1.LabelFork] = s.fork.Name
+	child := &turnlogv1.Session{
+		ObjectMeta: metav1.ObjectMeta{Name: childName(s.fork), Namespace: s.fork.Namespace, Labels: labels},
+		Spec: turnlogv1.SessionSpec{
+			Adapter:   s.source.Spec.Adapter,
+			Storage:   s.source.Spec.Storage.DeepCopy(), // CopyPrefix copies inside one bucket
+			Retention: s.source.Spec.Retention,
+			ForkedFrom: &turnlogv1.ForkOrigin{
+				Session: s.source.Name, UID: string(s.source.UID), Fork: s.fork.Name,
+				AnchorSeq: s.point.AnchorSeq, CutSeq: s.point.CutSeq,
+			},
+		},
+	}
+	if err := r.Create(ctx, child); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			// Created by an earlier attempt or by someone else: the next
+			// pass tells which.
+			s.result.RequeueAfter = time.Second
+			return nil
+		}
+		return s.transientError(fmt.Errorf("create child Session %s: %w", child.Name, err))
+	}
+	s.child = child
+	s.fork.Status.ChildName = child.Name
+	return nil
+}
+
+// reconcileCopy copies the source's events 0..cut into the child's own
+// location and nudges the child to pick them up.
+func (r *SessionForkReconciler) reconcileCopy(ctx context.Context, s *forkScope) error {
+	url := ""
+	if st := s.source.Spec.Storage; st != nil {
+		url = st.URL
+	}
+	logs, err := r.Stores.Logs(ctx, url)
+	if err != nil {
+		return s.transientError(err)
+	}
+	src, dst := sessionLocation(s.source), sessionLocation(s.child)
+	err = logs.CopyPrefix(ctx, src, dst, s.point.CutSeq)
+	if errors.Is(err, sessionlog.ErrDestinationNotEmpty) {
+		// The copy may have completed before the fork's status was written,
+		// and the child's log grown since.
+		if seeded, herr := childSeeded(ctx, logs, dst, s.point.CutSeq); herr != nil {
+			return s.transientError(herr)
+		} else if !seeded {
+			return r.fail(s, turnlogv1.ReasonTargetExists, "the log of Session %s holds events that are not the source's prefix: %v", s.child.Name, err)
+		}
+		err = nil
+	}
+	if err != nil {
+		return s.transientError(fmt.Errorf("copy seq 0..%d from %s to %s: %w", s.point.CutSeq, src, dst, err))
+	}
+	patch := client.MergeFrom(s.child.DeepCopy())
+	if s.child.Annotations == nil {
+		s.child.Annotations = map[string]string{}
+	}
+	s.child.Annotations[turnlogv1.AnnotationRequestedAt] = time.Now().UTC().Format(time.RFC3339Nano)
+	if err := r.Patch(ctx, s.child, patch); err != nil {
+		return s.transientError(fmt.Errorf("nudge child Session %s: %w", s.child.Name, err))
+	}
+	return nil
+}
+
+// childSeeded reports whether the child's log already reaches the cut.
+func childSeeded(ctx context.Context, logs *sessionlog.Store, child sessionlog.Location, cut int64) (bool, error) {
+	log, err := logs.Log(child)
+	if err != nil {
+		return false, err
+	}
+	head, err := log.Head(ctx)
+	if err != nil {
+		return false, err
+	}
+	return head.Head() >= cut, nil
+}
+
+func (r *SessionForkReconciler) sourceLog(ctx context.Context, s *forkScope) (worker.StoreLog, error) {
+	url := ""
+	if st := s.source.Spec.Storage; st != nil {
+		url = st.URL
+	}
+	logs, err := r.Stores.Logs(ctx, url)
+	if err != nil {
+		return worker.StoreLog{}, err
+	}
+	log, err := logs.Log(sessionLocation(s.source))
+	if err != nil {
+		return worker.StoreLog{}, err
+	}
+	return worker.StoreLog{Log: log}, nil
+}
+
+func (r *SessionForkReconciler) patchStatus(ctx context.Context, s *forkScope) error {
+	base := s.fork.DeepCopy()
+	base.Status = s.before
+	gen := s.fork.Generation
+	if !s.transient {
+		s.fork.Status.ObservedGeneration = gen
+	}
+	meta.SetStatusCondition(&s.fork.Status.Conditions, metav1.Condition{
+		Type: turnlogv1.ConditionSucceeded, Status: s.status, Reason: s.outcome.reason,
+		Message: truncate(s.outcome.message, 1024), ObservedGeneration: gen,
+	})
+	if err := r.Status().Patch(ctx, s.fork, client.MergeFrom(base)); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("patch status: %w", err)
+	}
+	return nil
+}
+
+// childName is the child Session's name: spec.target.name, else the fork's.
+func childName(fork *turnlogv1.SessionFork) string {
+	if fork.Spec.Target.Name != "" {
+		return fork.Spec.Target.Name
+	}
+	return fork.Name
+}
+
+// isChildOf tells this fork's child from a Session that merely has its name.
+func isChildOf(child *turnlogv1.Session, fork *turnlogv1.SessionFork, source *turnlogv1.Session, anchor int64) bool {
+	from := child.Spec.ForkedFrom
+	return from != nil && from.Fork == fork.Name && from.Session == source.Name &&
+		from.UID == string(source.UID) && from.AnchorSeq == anchor
+}
+
+// sessionLocation is where a Session's log lives in its store.
+func sessionLocation(s *turnlogv1.Session) sessionlog.Location {
+	loc := sessionlog.Location{Namespace: s.Namespace, Session: s.Name, UID: string(s.UID)}
+	if s.Spec.Storage != nil {
+		loc.Prefix = s.Spec.Storage.Prefix
+	}
+	return loc
+}
+
+// sourceNameField indexes SessionForks by their source Session.
+const sourceNameField = "spec.source.name"
+
+// Permissions on SessionForks.
+// +kubebuilder:rbac:groups=turnlog.dev,resources=sessionforks,verbs=get;list;watch
+// +kubebuilder:rbac:groups=turnlog.dev,resources=sessionforks/status,verbs=get;patch
+
+// SetupWithManager registers the reconciler. A fork waiting for its turn to
+// end is woken when its source Session's status changes.
+func (r *SessionForkReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &turnlogv1.SessionFork{}, sourceNameField, func(o client.Object) []string {
+		return []string{o.(*turnlogv1.SessionFork).Spec.Source.Name}
+	}); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&turnlogv1.SessionFork{}).
+		Watches(&turnlogv1.Session{}, handler.EnqueueRequestsFromMapFunc(r.forksOfSource)).
+		Named("sessionfork").
+		Complete(r)
+}
+
+func (r *SessionForkReconciler) forksOfSource(ctx context.Context, o client.Object) []reconcile.Request {
+	forks := &turnlogv1.SessionForkList{}
+	if err := r.List(ctx, forks, client.InNamespace(o.GetNamespace()), client.MatchingFields{sourceNameField: o.GetName()}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing the forks of a Session", "session", o.GetName())
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(forks.Items))
+	for _, f := range forks.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&f)})
+	}
+	return reqs
+}

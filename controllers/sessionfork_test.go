@@ -1,0 +1,248 @@
+package controllers
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/sessionlog"
+	"github.com/turnlog/turnlog/internal/store"
+	"github.com/turnlog/turnlog/internal/turnlog/turnlogtest"
+)
+
+func newFork(ns, name, source, atSeq string) *turnlogv1.SessionFork {
+	return &turnlogv1.SessionFork{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: turnlogv1.SessionForkSpec{
+			Source: turnlogv1.SessionReference{Name: source},
+			AtSeq:  atSeq,
+			Target: turnlogv1.ForkTarget{Labels: map[string]string{"team": "support"}},
+		},
+	}
+}
+
+// A SessionFork as a user applies it with kubectl, in local worker mode.
+var _ = Describe("SessionFork controller", Ordered, func() {
+	var (
+		ns     string
+		stores *BucketCache
+		sio    *SessionIO
+		stop   func()
+		log    []byte
+	)
+
+	BeforeAll(func() {
+		ns = newNamespace("forks")
+		stores = &BucketCache{DefaultURL: "mem://"}
+		sio = &SessionIO{Client: k8sClient, Stores: stores}
+		stop = startManager(ns, Config{Stores: stores, WorkerMode: WorkerModeLocal, PollInterval: time.Hour})
+		log = readLog("aborted-turn.jsonl")
+		_, _, err := sio.Import(ctx, ns, "support-chat", bytes.NewReader(log))
+		Expect(err).NotTo(HaveOccurred())
+		waitReady(ns, "support-chat")
+	})
+	AfterAll(func() {
+		stop()
+		Expect(stores.Close()).To(Succeed())
+	})
+
+	It(`materialises atSeq "15.1" as a child Session holding the source's whole turns through the aborted turn`, func() {
+		source := getSession(ns, "support-chat")(Default)
+		Expect(k8sClient.Create(ctx, newFork(ns, "support-chat-retry", "support-chat", "15.1"))).To(Succeed())
+
+		Eventually(func(g Gomega) {
+			f := getFork(ns, "support-chat-retry")(g)
+			g.Expect(cond(f.Status.Conditions, turnlogv1.ConditionSucceeded)).To(Equal("True/Forked"))
+		}).Should(Succeed())
+		f := getFork(ns, "support-chat-retry")(Default)
+		Expect(*f.Status.AnchorSeq).To(Equal(int64(15)))
+		Expect(*f.Status.CutSeq).To(Equal(int64(15)))
+		Expect(*f.Status.CutTurn).To(Equal(int64(2)))
+		Expect(f.Status.CutReason).To(Equal("aborted"))
+		Expect(f.Status.ChildName).To(Equal("support-chat-retry"))
+		Expect(f.Status.ObservedGeneration).To(Equal(f.Generation))
+
+		child := waitReady(ns, "support-chat-retry")
+		Expect(child.Spec.ForkedFrom).To(Equal(&turnlogv1.ForkOrigin{
+			Session: "support-chat", UID: string(source.UID), Fork: "support-chat-retry", AnchorSeq: 15, CutSeq: 15,
+		}))
+		Expect(child.Labels).To(Equal(map[string]string{
+			turnlogv1.LabelForkSource: "support-chat", turnlogv1.LabelFork: "support-chat-retry", "team": "support",
+		}))
+		Expect(child.Spec.Adapter).To(Equal(source.Spec.Adapter))
+		Expect(*child.Status.HeadSeq).To(Equal(int64(15)))
+		Expect(child.Status.LastTurnEnd.Reason).To(Equal("aborted"))
+		// The aborted turn's frozen partial text is copied as events but
+		// stays out of the transcript: one assistant message, from turn 1.
+		Expect(child.Status.Replay.Native + child.Status.Replay.Foreign).To(Equal(int64(1)))
+
+		Expect(exportLog(sio, ns, "support-chat-retry")).To(Equal(string(logLines(log, 16))))
+		Expect(exportLog(sio, ns, "support-chat")).To(Equal(string(log)), "the source is never written")
+		Eventually(func(g Gomega) []string {
+			return notes(forkEvents(g, ns, "support-chat-retry", turnlogv1.EventForked))
+		}).Should(ConsistOf("created Session support-chat-retry from support-chat seq 0..15 (atSeq 15.1, anchor 15, turn 2 ended aborted)"))
+	})
+
+	It("names the child after spec.target.name", func() {
+		fork := newFork(ns, "renamed", "support-chat", "3")
+		fork.Spec.Target.Name = "support-chat-first-turn"
+		Expect(k8sClient.Create(ctx, fork)).To(Succeed())
+		child := waitReady(ns, "support-chat-first-turn")
+		Expect(*child.Status.HeadSeq).To(Equal(int64(7)))
+		Expect(exportLog(sio, ns, "support-chat-first-turn")).To(Equal(string(logLines(log, 8))))
+	})
+
+	DescribeTable("fails for good, with a reason, a Warning ForkFailed Event and no child",
+		func(fork *turnlogv1.SessionFork, reason, message string) {
+			fork.Namespace = ns
+			Expect(k8sClient.Create(ctx, fork)).To(Succeed())
+			Eventually(func(g Gomega) {
+				f := getFork(ns, fork.Name)(g)
+				g.Expect(cond(f.Status.Conditions, turnlogv1.ConditionSucceeded)).To(Equal("False/" + reason))
+				g.Expect(f.Status.ObservedGeneration).To(Equal(f.Generation))
+			}).Should(Succeed())
+			Expect(getFork(ns, fork.Name)(Default).Status.Conditions[0].Message).To(ContainSubstring(message))
+			Eventually(func(g Gomega) []string {
+				return notes(forkEvents(g, ns, fork.Name, turnlogv1.EventForkFailed))
+			}).Should(ConsistOf(HavePrefix(reason + ": ")))
+			children := &turnlogv1.SessionList{}
+			Expect(k8sClient.List(ctx, children, client.InNamespace(ns), client.MatchingLabels{turnlogv1.LabelFork: fork.Name})).To(Succeed())
+			Expect(children.Items).To(BeEmpty())
+		},
+		Entry("source not found", newFork("", "orphan", "no-such-session", "3"),
+			turnlogv1.ReasonSourceNotFound, "source Session no-such-session does not exist"),
+		Entry("anchor beyond the head", newFork("", "too-far", "support-chat", "99.5"),
+			turnlogv1.ReasonAnchorBeyondHead, "anchor seq 99 is beyond the log's head (seq 21)"),
+		Entry("target name taken", func() *turnlogv1.SessionFork {
+			f := newFork("", "clash", "support-chat", "3")
+			f.Spec.Target.Name = "support-chat" // the source itself
+			return f
+		}(), turnlogv1.ReasonTargetExists, "Session support-chat already exists and was not created by this SessionFork"),
+	)
+
+	It("waits with TurnInProgress while the anchor's turn is open, and completes after the append that ends it", func() {
+		_, _, err := sio.Import(ctx, ns, "streaming", bytes.NewReader(logLines(log, 19)))
+		Expect(err).NotTo(HaveOccurred())
+		waitReady(ns, "streaming")
+		Expect(k8sClient.Create(ctx, newFork(ns, "mid-turn", "streaming", "17.1"))).To(Succeed())
+		Eventually(func(g Gomega) string {
+			return cond(getFork(ns, "mid-turn")(g).Status.Conditions, turnlogv1.ConditionSucceeded)
+		}).Should(Equal("Unknown/TurnInProgress"))
+		Consistently(func(g Gomega) error {
+			return k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "mid-turn"}, &turnlogv1.Session{})
+		}, "1s").ShouldNot(Succeed(), "no child before the turn ends")
+
+		_, _, err = sio.Append(ctx, ns, "streaming", bytes.NewReader(bytes.TrimPrefix(log, logLines(log, 19))))
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(func(g Gomega) string {
+			return cond(getFork(ns, "mid-turn")(g).Status.Conditions, turnlogv1.ConditionSucceeded)
+		}).Should(Equal("True/Forked"))
+		Expect(*getFork(ns, "mid-turn")(Default).Status.CutSeq).To(Equal(int64(21)))
+		waitReady(ns, "mid-turn")
+		Expect(exportLog(sio, ns, "mid-turn")).To(Equal(string(log)))
+	})
+})
+
+// A manager that dies in the middle of a fork, and the one that replaces it.
+var _ = Describe("SessionFork controller restarted mid-fork", func() {
+	It("leaves exactly one child with exactly the source's prefix", func() {
+		ns := newNamespace("fork-restart")
+		mem := &BucketCache{DefaultURL: "mem://"}
+		defer mem.Close()
+		bucket, err := mem.Bucket(ctx, "")
+		Expect(err).NotTo(HaveOccurred())
+		sio := &SessionIO{Client: k8sClient, Stores: mem}
+		log := turnlogtest.Log(3000, 7)
+		_, n, err := sio.Import(ctx, ns, "long", bytes.NewReader(log))
+		Expect(err).NotTo(HaveOccurred())
+
+		By("running a manager whose store breaks after the first object of the child's log")
+		broken := &crashingBucket{Bucket: bucket, location: "/long-fork/", writesLeft: 1}
+		stop := startManager(ns, Config{Stores: bucketStores{broken}, WorkerMode: WorkerModeLocal, PollInterval: time.Hour})
+		Expect(k8sClient.Create(ctx, newFork(ns, "long-fork", "long", "2500"))).To(Succeed())
+		Eventually(func(g Gomega) string {
+			return getFork(ns, "long-fork")(g).Status.ChildName
+		}).Should(Equal("long-fork"))
+		Eventually(broken.failed.Load).Should(BeTrue())
+		stop()
+		f := getFork(ns, "long-fork")(Default)
+		Expect(cond(f.Status.Conditions, turnlogv1.ConditionSucceeded)).To(Equal("Unknown/Forking"))
+
+		By("starting a healthy manager")
+		stop = startManager(ns, Config{Stores: mem, WorkerMode: WorkerModeLocal, PollInterval: time.Hour})
+		defer stop()
+		Eventually(func(g Gomega) string {
+			return cond(getFork(ns, "long-fork")(g).Status.Conditions, turnlogv1.ConditionSucceeded)
+		}).Should(Equal("True/Forked"))
+		cut := *getFork(ns, "long-fork")(Default).Status.CutSeq
+		Expect(cut).To(BeNumerically(">=", 2500))
+		Expect(cut).To(BeNumerically("<", n))
+
+		children := &turnlogv1.SessionList{}
+		Expect(k8sClient.List(ctx, children, client.InNamespace(ns), client.MatchingLabels{turnlogv1.LabelFork: "long-fork"})).To(Succeed())
+		Expect(children.Items).To(HaveLen(1))
+		child := waitReady(ns, "long-fork")
+		Expect(*child.Status.HeadSeq).To(Equal(cut))
+		Expect(exportLog(sio, ns, "long-fork")).To(Equal(string(logLines(log, int(cut)+1))))
+	})
+})
+
+// bucketStores serves every Session from one bucket.
+type bucketStores struct{ bucket store.Bucket }
+
+func (s bucketStores) Logs(context.Context, string) (*sessionlog.Store, error) {
+	return sessionlog.New(s.bucket), nil
+}
+
+func (s bucketStores) URL(string) string { return "mem://" }
+
+// crashingBucket lets writesLeft writes into one Session's location
+// through, then fails every write, like a store that went away mid-copy.
+type crashingBucket struct {
+	store.Bucket
+	location   string
+	writesLeft int32
+	failed     atomic.Bool
+}
+
+var errStoreGone = errors.New("connection refused")
+
+func (b *crashingBucket) allow(key string) error {
+	if strings.Contains(key, b.location) && atomic.AddInt32(&b.writesLeft, -1) < 0 {
+		b.failed.Store(true)
+	}
+	if b.failed.Load() {
+		return errStoreGone
+	}
+	return nil
+}
+
+func (b *crashingBucket) Copy(ctx context.Context, dst, src string) error {
+	if err := b.allow(dst); err != nil {
+		return err
+	}
+	return b.Bucket.Copy(ctx, dst, src)
+}
+
+func (b *crashingBucket) PutIfAbsent(ctx context.Context, key string, data []byte, md map[string]string) error {
+	if err := b.allow(key); err != nil {
+		return err
+	}
+	return b.Bucket.PutIfAbsent(ctx, key, data, md)
+}
+
+func (b *crashingBucket) Put(ctx context.Context, key string, data []byte, md map[string]string) error {
+	if err := b.allow(key); err != nil {
+		return err
+	}
+	return b.Bucket.Put(ctx, key, data, md)
+}

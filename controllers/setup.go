@@ -1,0 +1,75 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Worker modes.
+const (
+	// WorkerModePod runs each worker run as a Job (the default on clusters).
+	WorkerModePod = "pod"
+	// WorkerModeLocal runs the worker inside the manager, for machines
+	// without a kubelet.
+	WorkerModeLocal = "local"
+)
+
+// Config configures the turnlog controllers.
+type Config struct {
+	Stores Stores
+	// WorkerMode is WorkerModePod or WorkerModeLocal.
+	WorkerMode string
+	// Jobs configures worker Jobs in pod mode; Client, Reader and Scheme are
+	// filled in from the manager.
+	Jobs JobWorkers
+	// PollInterval bounds how long an append made without a nudge goes
+	// unnoticed.
+	PollInterval time.Duration
+}
+
+// CacheOptions restricts the manager's cache of Jobs to turnlog's workers,
+// so the manager does not hold every Job of the cluster in memory.
+func CacheOptions() cache.Options {
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&batchv1.Job{}: {Label: labels.SelectorFromSet(labels.Set{"app.kubernetes.io/name": "turnlog", "app.kubernetes.io/component": "worker"})},
+	}}
+}
+
+// Setup registers the Session and SessionFork controllers with mgr.
+func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
+	if cfg.PollInterval <= 0 {
+		return fmt.Errorf("poll interval must be positive, got %s", cfg.PollInterval)
+	}
+	recorder := mgr.GetEventRecorder("turnlog")
+	sessions := &SessionReconciler{
+		Client: mgr.GetClient(), Recorder: recorder, Stores: cfg.Stores, PollInterval: cfg.PollInterval,
+	}
+	switch cfg.WorkerMode {
+	case WorkerModeLocal:
+		sessions.Workers = LocalWorkers{}
+	case WorkerModePod:
+		jobs := cfg.Jobs
+		if jobs.Image == "" {
+			return fmt.Errorf("pod worker mode needs a worker image")
+		}
+		jobs.Client, jobs.Reader, jobs.Scheme = mgr.GetClient(), mgr.GetAPIReader(), mgr.GetScheme()
+		sessions.Workers, sessions.PodWorkers = &jobs, true
+	default:
+		return fmt.Errorf("unknown worker mode %q (want %s or %s)", cfg.WorkerMode, WorkerModePod, WorkerModeLocal)
+	}
+	if err := sessions.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up the Session controller: %w", err)
+	}
+	forks := &SessionForkReconciler{Client: mgr.GetClient(), Recorder: recorder, Stores: cfg.Stores, PollInterval: cfg.PollInterval}
+	if err := forks.SetupWithManager(ctx, mgr); err != nil {
+		return fmt.Errorf("set up the SessionFork controller: %w", err)
+	}
+	return nil
+}

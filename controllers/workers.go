@@ -1,0 +1,92 @@
+package controllers
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"time"
+
+	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/sessionlog"
+	"github.com/turnlog/turnlog/internal/turnlog"
+	"github.com/turnlog/turnlog/internal/worker"
+)
+
+// WorkerRun is one worker task over one Session's log, named
+// deterministically from what it works on, so a restarted manager finds the
+// run it started instead of starting another.
+type WorkerRun struct {
+	Session  *turnlogv1.Session
+	Task     worker.Task
+	Name     string
+	StoreURL string
+	Location sessionlog.Location
+	Target   turnlog.Adapter
+	// Log is the log opened in this process (local mode reads it directly).
+	Log worker.Log
+}
+
+// WorkerOutcome is where a run stands.
+type WorkerOutcome struct {
+	// Done: the run finished and its results are in the store.
+	Done bool
+	// Failed: the last attempt, identified by Attempt, failed for Message.
+	// It stays failed until Retry.
+	Failed  bool
+	Attempt string
+	Message string
+}
+
+// Workers runs worker tasks: in-process (LocalWorkers) or as Jobs
+// (JobWorkers).
+type Workers interface {
+	// Run starts the run or reports on it; it may return before the run is
+	// done, and is called again on the next reconcile.
+	Run(ctx context.Context, run WorkerRun) (WorkerOutcome, error)
+	// Retry clears a failed attempt, so that the next Run starts another.
+	Retry(ctx context.Context, run WorkerRun) error
+	// Busy reports the name of a run of session that is still going, other
+	// than name, so that at most one runs per Session.
+	Busy(ctx context.Context, session *turnlogv1.Session, name string) (string, error)
+	// Forget removes what is left of session's runs, on deletion.
+	Forget(ctx context.Context, session *turnlogv1.Session) error
+}
+
+// runName is a run's deterministic name: a DNS label naming the Session
+// and the task, and a hash of what makes the run unique (the Session's UID,
+// the task and the log position it catches up with).
+func runName(session *turnlogv1.Session, task worker.Task, position string) string {
+	sum := sha256.Sum256([]byte(string(session.UID) + "/" + string(task) + "/" + position))
+	name := strings.TrimRight(session.Name, "-.")
+	if len(name) > 40 {
+		name = strings.TrimRight(name[:40], "-.")
+	}
+	name = strings.ReplaceAll(name, ".", "-")
+	return fmt.Sprintf("%s-%s-%s", name, task, hex.EncodeToString(sum[:5]))
+}
+
+// LocalWorkers runs the worker in the manager's process, one run at a time
+// per Session (the reconciler never runs a Session twice at once). It is for
+// machines without a kubelet and for tests.
+type LocalWorkers struct{}
+
+// Run runs the task to completion.
+func (LocalWorkers) Run(ctx context.Context, run WorkerRun) (WorkerOutcome, error) {
+	if _, err := worker.Run(ctx, run.Task, run.Log, run.Target); err != nil {
+		return WorkerOutcome{Failed: true, Attempt: fmt.Sprintf("local-%d", time.Now().UnixNano()), Message: err.Error()}, nil
+	}
+	return WorkerOutcome{Done: true}, nil
+}
+
+// Retry has nothing to clear: every Run is a new attempt.
+func (LocalWorkers) Retry(context.Context, WorkerRun) error { return nil }
+
+// Busy is always false: a local run ends before Run returns.
+func (LocalWorkers) Busy(context.Context, *turnlogv1.Session, string) (string, error) {
+	return "", nil
+}
+
+// Forget has nothing to remove.
+func (LocalWorkers) Forget(context.Context, *turnlogv1.Session) error { return nil }

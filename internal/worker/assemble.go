@@ -1,0 +1,111 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/turnlog/turnlog/internal/assembler"
+	"github.com/turnlog/turnlog/internal/turnlog"
+)
+
+const (
+	assemblyDir        = "assembly"
+	assemblyCheckpoint = assemblyDir + "/checkpoint.json"
+)
+
+// assemblyState is the checkpoint assembly resumes from.
+type assemblyState struct {
+	Summary Summary `json:"summary"`
+	// Next is the first seq after the last committed turn/end.
+	Next           int64           `json:"next"`
+	CommittedTurns int64           `json:"committedTurns"`
+	SessionAdapter turnlog.Adapter `json:"sessionAdapter"`
+}
+
+// Assemble assembles the responses of the turns that ended since the last
+// run, into one derived object per run, and records where the log's head,
+// turns and last turn/end are. It does nothing when the head has not moved.
+func Assemble(ctx context.Context, log Log) (Summary, error) {
+	state := assemblyState{Summary: Summary{Task: TaskAssemble, ThroughSeq: -1, ScannedThrough: -1}}
+	if _, err := loadJSON(ctx, log, assemblyCheckpoint, &state); err != nil {
+		return Summary{}, err
+	}
+	sum := state.Summary
+	sum.New, sum.NewTotal = nil, 0
+	head, err := log.Head(ctx)
+	if err != nil {
+		return Summary{}, fmt.Errorf("find the log's head: %w", err)
+	}
+	if head <= sum.ScannedThrough {
+		return sum, nil
+	}
+
+	events, err := log.Events(ctx, state.Next)
+	if err != nil {
+		return Summary{}, fmt.Errorf("read the log from seq %d: %w", state.Next, err)
+	}
+	defer events.Close()
+
+	a := assembler.New(state.SessionAdapter)
+	committed := assembler.Result{Messages: []assembler.Assembled{}, Partials: []assembler.Partial{}, Diagnostics: []assembler.Diagnostic{}}
+	var open assembler.Result // outputs of the turn still streaming
+	from, openTurn := state.Next, false
+	for {
+		e, err := events.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return Summary{}, fmt.Errorf("read the log: %w", err)
+		}
+		sum.ScannedThrough = e.Seq
+		out := a.Add(&e)
+		if out.Message != nil {
+			open.Messages = append(open.Messages, *out.Message)
+		}
+		open.Partials = append(open.Partials, out.Partials...)
+		open.Diagnostics = append(open.Diagnostics, out.Diagnostics...)
+		switch e.Type {
+		case turnlog.TypeSessionStart:
+			p, _ := e.SessionStart()
+			state.SessionAdapter = p.Adapter
+		case turnlog.TypeTurnStart:
+			openTurn = true
+		case turnlog.TypeTurnEnd:
+			end, _ := e.TurnEnd()
+			openTurn = false
+			state.CommittedTurns++
+			state.Next = e.Seq + 1
+			sum.ThroughSeq = e.Seq
+			sum.LastTurnEnd = &TurnEnd{Seq: e.Seq, Turn: e.Turn, Reason: end.Reason}
+			committed.Messages = append(committed.Messages, open.Messages...)
+			committed.Partials = append(committed.Partials, open.Partials...)
+			committed.Diagnostics = append(committed.Diagnostics, open.Diagnostics...)
+			for _, d := range open.Diagnostics {
+				if d.Code == assembler.CodeEnvelopeMisaligned {
+					sum.EnvelopesDiscarded++
+					sum.note(Diagnostic{Seq: d.Seq, Cause: d.Code, Message: d.Message})
+				}
+			}
+			open = assembler.Result{}
+		}
+	}
+	sum.Turns = state.CommittedTurns
+	if openTurn {
+		sum.Turns++
+	}
+	if state.Next > from {
+		// Written before the checkpoint: a run that dies in between leaves a
+		// segment the next run rewrites under the same name.
+		if err := storeJSON(ctx, log, segmentName(assemblyDir, from), committed); err != nil {
+			return Summary{}, err
+		}
+	}
+	state.Summary = sum
+	if err := storeJSON(ctx, log, assemblyCheckpoint, state); err != nil {
+		return Summary{}, err
+	}
+	return sum, nil
+}

@@ -1,0 +1,145 @@
+package worker
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/turnlog/turnlog/internal/replay"
+	"github.com/turnlog/turnlog/internal/turnlog"
+)
+
+// replayDir is where the transcript for target is kept. Each target has its
+// own, so a Session whose spec.adapter changes starts a new transcript and
+// never mixes messages replayed for two targets.
+func replayDir(target turnlog.Adapter) string {
+	sum := sha256.Sum256([]byte(target.Kind + "\x00" + target.API + "\x00" + target.Provider + "\x00" + target.Model))
+	return "replay/" + hex.EncodeToString(sum[:8])
+}
+
+// replayState is the checkpoint replay resumes from.
+type replayState struct {
+	Summary Summary `json:"summary"`
+	// Next is the first seq after the last replayed turn/end.
+	Next int64 `json:"next"`
+}
+
+// Replay extends the transcript for target through the last turn that has
+// ended, one derived object per run. A turn's messages enter the transcript
+// only at its turn/end (a host may still write its own assistant message
+// before that), so a run stops at the last turn/end and the turn still
+// streaming waits for the next run.
+//
+// Runs start at a turn boundary with the tool calls of earlier turns
+// settled: a call left without a result by the end of its turn gets its
+// synthetic error result there, which is where pi-ai puts it too (before
+// the next user message).
+func Replay(ctx context.Context, log Log, target turnlog.Adapter) (Summary, error) {
+	dir := replayDir(target)
+	state := replayState{
+		Summary: Summary{Task: TaskReplay, ThroughSeq: -1, Replay: &ReplayCounts{Target: target}},
+	}
+	if _, err := loadJSON(ctx, log, dir+"/checkpoint.json", &state); err != nil {
+		return Summary{}, err
+	}
+	sum := state.Summary
+	sum.New, sum.NewTotal = nil, 0
+	counts := *sum.Replay
+	counts.DegradedSeqs = cloneSeqs(counts.DegradedSeqs)
+
+	events, err := log.Events(ctx, state.Next)
+	if err != nil {
+		return Summary{}, fmt.Errorf("read the log from seq %d: %w", state.Next, err)
+	}
+	defer events.Close()
+
+	var degraded []replay.Diagnostic
+	var b *replay.Builder
+	var turn []turnlog.Event // events since the last turn/end
+	from := state.Next
+	for {
+		e, err := events.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return Summary{}, fmt.Errorf("read the log: %w", err)
+		}
+		if from == 0 && e.Seq == 0 {
+			if p, ok := e.SessionStart(); ok {
+				counts.Target = defaultAdapter(counts.Target, p.Adapter)
+			}
+		}
+		turn = append(turn, e)
+		if e.Type != turnlog.TypeTurnEnd {
+			continue
+		}
+		if b == nil {
+			b = replay.NewBuilder(replay.Options{Target: counts.Target, Through: replay.Head,
+				OnDegrade: func(d replay.Diagnostic) { degraded = append(degraded, d) }})
+		}
+		for i := range turn {
+			b.Add(&turn[i])
+		}
+		turn = turn[:0]
+		state.Next = e.Seq + 1
+		sum.ThroughSeq = e.Seq
+	}
+	if b == nil {
+		return sum, nil // no turn ended since the last run
+	}
+	res := b.Result()
+	counts.Native += int64(res.Counts.Native)
+	counts.Foreign += int64(res.Counts.Foreign)
+	counts.Degraded += int64(res.Counts.Degraded)
+	for _, d := range degraded {
+		cause := string(d.Cause)
+		if len(counts.DegradedSeqs[cause]) < MaxSeqsPerCause {
+			if counts.DegradedSeqs == nil {
+				counts.DegradedSeqs = map[string][]int64{}
+			}
+			counts.DegradedSeqs[cause] = append(counts.DegradedSeqs[cause], d.Seq)
+		}
+		sum.note(Diagnostic{Seq: d.Seq, Cause: cause, Message: d.Message})
+	}
+	sum.Replay = &counts
+	if err := storeJSON(ctx, log, segmentName(dir, from), res); err != nil {
+		return Summary{}, err
+	}
+	state.Summary = sum
+	if err := storeJSON(ctx, log, dir+"/checkpoint.json", state); err != nil {
+		return Summary{}, err
+	}
+	return sum, nil
+}
+
+// defaultAdapter fills the fields target leaves empty from the session's
+// adapter, as replay does with a session/start event.
+func defaultAdapter(target, session turnlog.Adapter) turnlog.Adapter {
+	for _, f := range []struct {
+		dst *string
+		src string
+	}{
+		{&target.Kind, session.Kind}, {&target.API, session.API},
+		{&target.Provider, session.Provider}, {&target.Model, session.Model},
+	} {
+		if *f.dst == "" {
+			*f.dst = f.src
+		}
+	}
+	return target
+}
+
+func cloneSeqs(m map[string][]int64) map[string][]int64 {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string][]int64, len(m))
+	for k, v := range m {
+		out[k] = append([]int64(nil), v...)
+	}
+	return out
+}

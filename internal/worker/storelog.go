@@ -1,0 +1,78 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"math"
+
+	"github.com/turnlog/turnlog/internal/sessionlog"
+	"github.com/turnlog/turnlog/internal/store"
+	"github.com/turnlog/turnlog/internal/turnlog"
+)
+
+// StoreLog is a session's log as sessionlog keeps it in object storage.
+type StoreLog struct {
+	Log *sessionlog.Log
+}
+
+// Head returns the seq of the log's last event, -1 for an empty log.
+func (s StoreLog) Head(ctx context.Context) (int64, error) {
+	h, err := s.Log.Head(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return h.Head(), nil
+}
+
+// Events reads the log from seq from, checking its structure on the way:
+// derived data is only ever built from a well-formed log.
+func (s StoreLog) Events(ctx context.Context, from int64) (Events, error) {
+	next, stop := iter.Pull2(s.Log.Read(ctx, from, math.MaxInt64))
+	return &storeEvents{next: next, stop: stop, validator: turnlog.NewValidatorAt(from)}, nil
+}
+
+// GetDerived returns a derived object; ErrNotFound when it is absent.
+func (s StoreLog) GetDerived(ctx context.Context, name string) ([]byte, error) {
+	data, err := s.Log.GetDerived(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("%w: %w", ErrNotFound, err)
+	}
+	return data, err
+}
+
+// PutDerived creates or replaces a derived object.
+func (s StoreLog) PutDerived(ctx context.Context, name string, data []byte) error {
+	return s.Log.PutDerived(ctx, name, data)
+}
+
+type storeEvents struct {
+	next      func() (sessionlog.Event, error, bool)
+	stop      func()
+	validator *turnlog.Validator
+}
+
+func (r *storeEvents) Next() (turnlog.Event, error) {
+	raw, err, ok := r.next()
+	if !ok {
+		return turnlog.Event{}, io.EOF
+	}
+	if err != nil {
+		return turnlog.Event{}, err
+	}
+	e, err := turnlog.DecodeEvent(raw.Line)
+	if err != nil {
+		return turnlog.Event{}, fmt.Errorf("seq %d: %w", raw.Seq, err)
+	}
+	if err := r.validator.Check(&e); err != nil {
+		return turnlog.Event{}, err
+	}
+	return e, nil
+}
+
+func (r *storeEvents) Close() error {
+	r.stop()
+	return nil
+}

@@ -1,0 +1,147 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/turnlog/turnlog/internal/turnlog"
+)
+
+// Bounds that keep a Summary small enough for a pod's termination message
+// (4 KiB) and a Session's status, however degraded a log is.
+const (
+	// MaxNewDiagnostics is how many of a run's new diagnostics a Summary
+	// lists; NewTotal keeps the exact count.
+	MaxNewDiagnostics = 10
+	// MaxSeqsPerCause caps each list of degraded seqs.
+	MaxSeqsPerCause = 20
+	// maxMessageBytes caps one diagnostic's message.
+	maxMessageBytes = 150
+)
+
+// Summary is what a run leaves for the controller: the position of the
+// derived data and what the run found that a user should hear about.
+type Summary struct {
+	Task Task `json:"task"`
+	// ThroughSeq is the turn/end the derived data is complete through; -1
+	// before the first turn ends.
+	ThroughSeq int64 `json:"throughSeq"`
+
+	// Assembly only.
+	// ScannedThrough is the last seq assembly read: the head when it ran.
+	// Always encoded: 0 is a position, and a checkpoint must not lose it.
+	ScannedThrough int64 `json:"scannedThrough"`
+	// Turns counts the turns started through ScannedThrough.
+	Turns int64 `json:"turns,omitempty"`
+	// LastTurnEnd is the last turn/end through ScannedThrough.
+	LastTurnEnd *TurnEnd `json:"lastTurnEnd,omitempty"`
+	// EnvelopesDiscarded counts envelopes discarded through ThroughSeq.
+	EnvelopesDiscarded int64 `json:"envelopesDiscarded,omitempty"`
+
+	// Replay only.
+	Replay *ReplayCounts `json:"replay,omitempty"`
+
+	// New lists the first MaxNewDiagnostics problems this run found
+	// (discarded envelopes, degraded messages); NewTotal counts them all.
+	New      []Diagnostic `json:"new,omitempty"`
+	NewTotal int64        `json:"newTotal,omitempty"`
+}
+
+// TurnEnd is a turn/end event.
+type TurnEnd struct {
+	Seq    int64              `json:"seq"`
+	Turn   int64              `json:"turn"`
+	Reason turnlog.StopReason `json:"reason"`
+}
+
+// ReplayCounts summarise how the transcript's assistant messages replay for
+// Target.
+type ReplayCounts struct {
+	Target   turnlog.Adapter `json:"target"`
+	Native   int64           `json:"native"`
+	Foreign  int64           `json:"foreign"`
+	Degraded int64           `json:"degraded"`
+	// DegradedSeqs lists degraded messages by cause, the first
+	// MaxSeqsPerCause of each.
+	DegradedSeqs map[string][]int64 `json:"degradedSeqs,omitempty"`
+}
+
+// Diagnostic is one problem with one message of the log.
+type Diagnostic struct {
+	Seq int64 `json:"seq"`
+	// Cause is the degrade cause (kind, version, malformed, shape) or, for
+	// assembly, the diagnostic code.
+	Cause   string `json:"cause"`
+	Message string `json:"message"`
+}
+
+// note records a new diagnostic, keeping the first MaxNewDiagnostics.
+func (s *Summary) note(d Diagnostic) {
+	s.NewTotal++
+	if len(s.New) < MaxNewDiagnostics {
+		d.Message = truncate(d.Message, maxMessageBytes)
+		s.New = append(s.New, d)
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n - len("…")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+// loadJSON reads a derived object into v; found is false when it is absent.
+func loadJSON(ctx context.Context, log Log, name string, v any) (found bool, err error) {
+	data, err := log.GetDerived(ctx, name)
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read %s: %w", name, err)
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return false, fmt.Errorf("read %s: %w", name, err)
+	}
+	return true, nil
+}
+
+func storeJSON(ctx context.Context, log Log, name string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", name, err)
+	}
+	if err := log.PutDerived(ctx, name, data); err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	return nil
+}
+
+// segmentName names the derived object of the turns starting at seq from;
+// zero-padded so names sort in log order.
+func segmentName(dir string, from int64) string {
+	return fmt.Sprintf("%s/%020d.json", dir, from)
+}
+
+// LoadAssembly returns the summary the last assembly run left; found is
+// false before the first run.
+func LoadAssembly(ctx context.Context, log Log) (sum Summary, found bool, err error) {
+	var state assemblyState
+	found, err = loadJSON(ctx, log, assemblyCheckpoint, &state)
+	return state.Summary, found, err
+}
+
+// LoadReplay returns the summary the last replay run for target left; found
+// is false before the first run.
+func LoadReplay(ctx context.Context, log Log, target turnlog.Adapter) (sum Summary, found bool, err error) {
+	var state replayState
+	found, err = loadJSON(ctx, log, replayDir(target)+"/checkpoint.json", &state)
+	return state.Summary, found, err
+}

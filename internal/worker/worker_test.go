@@ -1,0 +1,275 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/turnlog/turnlog/internal/replay"
+	"github.com/turnlog/turnlog/internal/turnlog"
+	"github.com/turnlog/turnlog/internal/turnlog/turnlogtest"
+)
+
+// memLog is a Log in memory that counts the events runs read.
+type memLog struct {
+	events  []turnlog.Event
+	derived map[string][]byte
+	read    int
+}
+
+func newMemLog(t *testing.T, data []byte) *memLog {
+	t.Helper()
+	l := &memLog{derived: map[string][]byte{}}
+	l.append(t, data)
+	return l
+}
+
+func (l *memLog) append(t *testing.T, data []byte) {
+	t.Helper()
+	r := turnlog.NewReaderWith(bytes.NewReader(data), turnlog.NewValidatorAt(int64(len(l.events))))
+	for {
+		e, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.events = append(l.events, e)
+	}
+}
+
+func (l *memLog) Head(context.Context) (int64, error) { return int64(len(l.events)) - 1, nil }
+
+func (l *memLog) Events(_ context.Context, from int64) (Events, error) {
+	return &memEvents{log: l, next: from}, nil
+}
+
+func (l *memLog) GetDerived(_ context.Context, name string) ([]byte, error) {
+	data, ok := l.derived[name]
+	if !ok {
+		return nil, ErrNotFound
+	}
+	return data, nil
+}
+
+func (l *memLog) PutDerived(_ context.Context, name string, data []byte) error {
+	l.derived[name] = data
+	return nil
+}
+
+type memEvents struct {
+	log  *memLog
+	next int64
+}
+
+func (r *memEvents) Next() (turnlog.Event, error) {
+	if r.next >= int64(len(r.log.events)) {
+		return turnlog.Event{}, io.EOF
+	}
+	r.log.read++
+	r.next++
+	return r.log.events[r.next-1], nil
+}
+
+func (r *memEvents) Close() error { return nil }
+
+func testLog(t *testing.T, name string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "testdata", "logs", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+func lines(data []byte, from, to int) []byte {
+	all := bytes.SplitAfter(data, []byte("\n"))
+	return bytes.Join(all[from:to], nil)
+}
+
+func TestAssembleReadsOnlyWhatIsNew(t *testing.T) {
+	ctx := context.Background()
+	data := testLog(t, "aborted-turn.jsonl")
+	log := newMemLog(t, lines(data, 0, 19)) // turn 3 still streaming
+
+	sum, err := Assemble(ctx, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Summary{Task: TaskAssemble, ThroughSeq: 15, ScannedThrough: 18, Turns: 3, LastTurnEnd: &TurnEnd{Seq: 15, Turn: 2, Reason: "aborted"}}
+	if !equalJSON(sum, want) {
+		t.Fatalf("first run: got %+v, want %+v", sum, want)
+	}
+	if log.read != 19 {
+		t.Fatalf("first run read %d events, want 19", log.read)
+	}
+
+	log.read = 0
+	if again, err := Assemble(ctx, log); err != nil || !equalJSON(again, want) || log.read != 0 {
+		t.Fatalf("a run with no new events: got %+v, %v after reading %d events", again, err, log.read)
+	}
+
+	log.append(t, lines(data, 19, 22))
+	sum, err = Assemble(ctx, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.ThroughSeq != 21 || sum.Turns != 3 || sum.LastTurnEnd.Seq != 21 {
+		t.Fatalf("after the turn ended: got %+v", sum)
+	}
+	// The open turn (seq 16..18) is read again with the new events, nothing before it.
+	if log.read != 6 {
+		t.Fatalf("second run read %d events, want the 6 of the turn that ended", log.read)
+	}
+	if _, ok := log.derived["assembly/00000000000000000016.json"]; !ok {
+		t.Fatalf("no assembly segment for the turn starting at seq 16; have %v", keys(log.derived))
+	}
+}
+
+func TestAssembleReportsDiscardedEnvelopes(t *testing.T) {
+	log := newMemLog(t, testLog(t, "misaligned-envelope.jsonl"))
+	sum, err := Assemble(context.Background(), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.EnvelopesDiscarded != 1 || sum.NewTotal != 1 || len(sum.New) != 1 || sum.New[0].Seq != 6 || sum.New[0].Cause != "ENVELOPE_MISALIGNED" {
+		t.Fatalf("got %+v", sum)
+	}
+}
+
+// Replaying a log turn by turn, across runs, gives the transcript and
+// counts that replaying it whole does.
+func TestReplayInRunsMatchesAWholeReplay(t *testing.T) {
+	ctx := context.Background()
+	data := turnlogtest.Log(400, 3)
+	all := bytes.SplitAfter(data, []byte("\n"))
+	log := newMemLog(t, nil)
+	var runs []Summary
+	for from := 0; from < len(all); {
+		to := min(from+97, len(all)) // cuts through turns
+		log.append(t, bytes.Join(all[from:to], nil))
+		sum, err := Replay(ctx, log, turnlog.Adapter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs = append(runs, sum)
+		from = to
+	}
+	whole, err := replay.Transcript(turnlog.NewReader(bytes.NewReader(data)), replay.Options{Through: replay.Head})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := runs[len(runs)-1]
+	if last.ThroughSeq != whole.ThroughSeq {
+		t.Fatalf("replayed through %d, want %d", last.ThroughSeq, whole.ThroughSeq)
+	}
+	if got, want := last.Replay.Native, int64(whole.Counts.Native); got != want || got == 0 {
+		t.Fatalf("native: got %d, want %d", got, want)
+	}
+	if last.Replay.Target != turnlogtest.Adapter {
+		t.Fatalf("target: got %+v, want the session/start adapter %+v", last.Replay.Target, turnlogtest.Adapter)
+	}
+
+	var messages []replay.Message
+	for _, name := range keys(log.derived) {
+		if strings.HasSuffix(name, "checkpoint.json") {
+			continue
+		}
+		var seg replay.Result
+		if err := json.Unmarshal(log.derived[name], &seg); err != nil {
+			t.Fatal(err)
+		}
+		messages = append(messages, seg.Messages...)
+	}
+	if !equalJSON(messages, whole.Messages) {
+		t.Fatalf("the transcript from %d runs differs from a whole replay (%d vs %d messages)", len(runs), len(messages), len(whole.Messages))
+	}
+}
+
+func TestReplayReportsEachDegradedMessageOnce(t *testing.T) {
+	ctx := context.Background()
+	data := testLog(t, "legacy-flat-state.jsonl")
+	log := newMemLog(t, lines(data, 0, 5))
+	first, err := Replay(ctx, log, turnlog.Adapter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.NewTotal != 1 || first.New[0].Seq != 3 || first.New[0].Cause != "version" || first.Replay.Degraded != 1 {
+		t.Fatalf("first run: got %+v", first)
+	}
+	log.append(t, lines(data, 5, 12))
+	second, err := Replay(ctx, log, turnlog.Adapter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.NewTotal != 0 || second.Replay.Degraded != 1 || second.Replay.Native != 1 || !slices.Equal(second.Replay.DegradedSeqs["version"], []int64{3}) {
+		t.Fatalf("second run: got %+v", second)
+	}
+
+	other := turnlog.Adapter{API: "openai-responses", Provider: "openai", Model: "gpt-5"}
+	foreign, err := Replay(ctx, log, other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if foreign.Replay.Native != 0 || foreign.Replay.Foreign != 2 || foreign.ThroughSeq != 11 || foreign.NewTotal != 1 {
+		t.Fatalf("another target starts its own transcript: got %+v", foreign)
+	}
+}
+
+func TestSummaryFitsATerminationMessage(t *testing.T) {
+	sum := Summary{Task: TaskReplay, Replay: &ReplayCounts{DegradedSeqs: map[string][]int64{}}}
+	for i := range 100 {
+		sum.note(Diagnostic{Seq: int64(1e15 + i), Cause: "malformed", Message: strings.Repeat("é", 500)})
+	}
+	for _, cause := range []string{"kind", "version", "malformed", "shape"} {
+		for i := range MaxSeqsPerCause {
+			sum.Replay.DegradedSeqs[cause] = append(sum.Replay.DegradedSeqs[cause], int64(1e15+i))
+		}
+	}
+	data, _ := json.Marshal(sum)
+	if len(data) > maxTerminationMessage || sum.NewTotal != 100 || len(sum.New) != MaxNewDiagnostics {
+		t.Fatalf("summary of %d bytes, %d new of %d", len(data), len(sum.New), sum.NewTotal)
+	}
+}
+
+func equalJSON(a, b any) bool {
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return bytes.Equal(x, y)
+}
+
+func keys(m map[string][]byte) []string {
+	return slices.Sorted(func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	})
+}
+
+// A log that is only a session/start has its head at seq 0; a second run
+// must see that nothing changed.
+func TestAssembleRemembersAHeadAtSeqZero(t *testing.T) {
+	ctx := context.Background()
+	log := newMemLog(t, lines(testLog(t, "aborted-turn.jsonl"), 0, 1))
+	if _, err := Assemble(ctx, log); err != nil {
+		t.Fatal(err)
+	}
+	log.read = 0
+	sum, err := Assemble(ctx, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if log.read != 0 || sum.ScannedThrough != 0 || sum.ThroughSeq != -1 {
+		t.Fatalf("second run read %d events and says %+v", log.read, sum)
+	}
+}
