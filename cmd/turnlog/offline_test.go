@@ -2,11 +2,12 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -14,21 +15,58 @@ import (
 
 const logs = "../../testdata/logs/"
 
-// cli runs the command line in-process, exactly as main does.
+// turnlogBin is the turnlog binary built by TestMain: the tests run the
+// command a user runs, so exit codes, stdout and stderr are the process's own.
+var turnlogBin string
+
+func TestMain(m *testing.M) {
+	os.Exit(runWithBinary(m))
+}
+
+func runWithBinary(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "turnlog-cli-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "cli tests:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	turnlogBin = filepath.Join(dir, "turnlog")
+	if out, err := exec.Command("go", "build", "-o", turnlogBin, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "cli tests: go build ./cmd/turnlog failed: %v\n%s", err, out)
+		return 1
+	}
+	return m.Run()
+}
+
+// cli runs the built turnlog binary with stdin as its standard input. Output
+// on stderr is never a stack trace, whatever the command.
 func cli(t *testing.T, stdin string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	cmd := exec.Command(turnlogBin, args...)
+	cmd.Stdin = strings.NewReader(stdin)
 	var out, errOut bytes.Buffer
-	code = run(context.Background(), args, strings.NewReader(stdin), &out, &errOut)
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	if ee, ok := errors.AsType[*exec.ExitError](err); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("turnlog %s: %v", strings.Join(args, " "), err)
+	}
+	if strings.Contains(errOut.String(), "goroutine ") || strings.Contains(errOut.String(), "panic:") {
+		t.Errorf("turnlog %s: stack trace on stderr:\n%s", strings.Join(args, " "), errOut.String())
+	}
 	return out.String(), errOut.String(), code
 }
 
-// decode unmarshals a command's JSON output into a generic value to query.
-func decode(t *testing.T, out string) map[string]any {
+// decode unmarshals the JSON output of command into a generic value to
+// query, after checking it against the command's contract.
+func decode(t *testing.T, command, out string) map[string]any {
 	t.Helper()
 	var v map[string]any
 	if err := json.Unmarshal([]byte(out), &v); err != nil {
 		t.Fatalf("output is not JSON: %v\n%s", err, out)
 	}
+	checkContract(t, command, v)
 	return v
 }
 
@@ -68,7 +106,7 @@ func TestAssembleMaxTokensToolCall(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	v := decode(t, out)
+	v := decode(t, "assemble", out)
 	msg := path(t, v, "messages", 0)
 	if path(t, msg, "seq") != 10.0 || path(t, msg, "turn") != 1.0 || path(t, msg, "response") != 0.0 {
 		t.Errorf("first message header %v, want seq 10 turn 1 response 0", compact(t, msg))
@@ -94,7 +132,7 @@ func TestReplayMaxTokensContinuesNative(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	v := decode(t, out)
+	v := decode(t, "replay", out)
 	if got := summarize(t, v); got != "2:user 10:assistant/native 13:user 17:assistant/native" {
 		t.Errorf("transcript %s", got)
 	}
@@ -124,7 +162,7 @@ func TestReplayLegacyStateDegrades(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d, want 0 (a degraded message is not a failure): %s", code, errOut)
 	}
-	v := decode(t, out)
+	v := decode(t, "replay", out)
 	if got := summarize(t, v); got != "2:user 3:assistant/foreign 6:user 10:assistant/native" {
 		t.Errorf("transcript %s", got)
 	}
@@ -142,7 +180,7 @@ func TestReplayFlags(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	v := decode(t, out)
+	v := decode(t, "replay", out)
 	if path(t, v, "throughSeq") != 12.0 || summarize(t, v) != "2:user 10:assistant/foreign" {
 		t.Errorf("through 12 for another model: throughSeq %v transcript %s", path(t, v, "throughSeq"), summarize(t, v))
 	}
@@ -156,7 +194,7 @@ func TestForkAtFrozenNodeOfAbortedTurn(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	if got := compact(t, decode(t, out)); got != `{"anchorSeq":14,"atSeq":"14.1","cutReason":"aborted","cutSeq":15,"cutTurn":2}` {
+	if got := compact(t, decode(t, "fork-point", out)); got != `{"anchorSeq":14,"atSeq":"14.1","cutReason":"aborted","cutSeq":15,"cutTurn":2}` {
 		t.Errorf("fork point %s", got)
 	}
 
@@ -164,14 +202,11 @@ func TestForkAtFrozenNodeOfAbortedTurn(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("cut: exit %d: %s", code, errOut)
 	}
-	source, err := os.ReadFile(logs + "aborted-turn.jsonl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := strings.Join(strings.SplitAfter(string(source), "\n")[:16], ""); child != want {
+	source := readLog(t, "aborted-turn.jsonl")
+	if want := strings.Join(strings.SplitAfter(source, "\n")[:16], ""); child != want {
 		t.Errorf("child log is not events 0..15 of the source byte for byte:\n%s", child)
 	}
-	fromStdin, _, _ := cli(t, string(source), "cut", "--at", "14.1", "-")
+	fromStdin, _, _ := cli(t, source, "cut", "--at", "14.1", "-")
 	if fromStdin != child {
 		t.Error("cut from stdin differs from cut from the file")
 	}
@@ -183,22 +218,19 @@ func TestForkAtFrozenNodeOfAbortedTurn(t *testing.T) {
 	if strings.Contains(out, "Object storage began") {
 		t.Error("frozen partial text of the aborted turn entered the child's transcript")
 	}
-	if got := summarize(t, decode(t, out)); got != "2:user 6:assistant/native 9:user" {
+	if got := summarize(t, decode(t, "replay", out)); got != "2:user 6:assistant/native 9:user" {
 		t.Errorf("child transcript %s", got)
 	}
 }
 
 func TestUnknownEventsSurvive(t *testing.T) {
-	source, err := os.ReadFile(logs + "unknown-event.jsonl")
-	if err != nil {
-		t.Fatal(err)
-	}
+	source := readLog(t, "unknown-event.jsonl")
 	child, errOut, code := cli(t, "", "cut", "--at", "3", logs+"unknown-event.jsonl")
-	if code != 0 || child != string(source) {
+	if code != 0 || child != source {
 		t.Errorf("cut through the last turn: exit %d (%s); output differs from the source:\n%s", code, errOut, child)
 	}
 	out, _, code := cli(t, "", "replay", logs+"unknown-event.jsonl")
-	if code != 0 || summarize(t, decode(t, out)) != "3:user 7:assistant/native" {
+	if code != 0 || summarize(t, decode(t, "replay", out)) != "3:user 7:assistant/native" {
 		t.Errorf("replay: exit %d transcript %s", code, out)
 	}
 }
@@ -208,7 +240,7 @@ func TestAssembleMisalignedEnvelope(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	v := decode(t, out)
+	v := decode(t, "assemble", out)
 	if _, has := path(t, v, "messages", 0, "message").(map[string]any)["replayState"]; has {
 		t.Error("message kept a misaligned envelope")
 	}
@@ -217,7 +249,7 @@ func TestAssembleMisalignedEnvelope(t *testing.T) {
 		t.Errorf("diagnostic %s", compact(t, d))
 	}
 	out, _, _ = cli(t, "", "replay", logs+"misaligned-envelope.jsonl")
-	if v := decode(t, out); summarize(t, v) != "2:user 6:assistant/foreign" || len(path(t, v, "diagnostics").([]any)) != 0 {
+	if v := decode(t, "replay", out); summarize(t, v) != "2:user 6:assistant/foreign" || len(path(t, v, "diagnostics").([]any)) != 0 {
 		t.Errorf("replay of a message stored without state: %s", out)
 	}
 }
@@ -253,6 +285,7 @@ func TestErrors(t *testing.T) {
 		{"missing file", []string{"replay", "nope.jsonl"}, 1, "turnlog replay: open nope.jsonl: no such file or directory"},
 		{"malformed log", []string{"assemble", logs + "invalid-structure.jsonl"}, 1, "turnlog assemble: " + logs + "invalid-structure.jsonl: line 3: malformed JSON at byte 90"},
 		{"bad --at", []string{"fork-point", "--at", "-1", logs + "aborted-turn.jsonl"}, 1, `turnlog fork-point: --at: atSeq "-1": must be a non-negative decimal such as "41" or "41.1"`},
+		{"NaN --at", []string{"cut", "--at", "NaN", logs + "aborted-turn.jsonl"}, 1, `turnlog cut: --at: atSeq "NaN"`},
 		{"anchor beyond head", []string{"cut", "--at", "99", logs + "aborted-turn.jsonl"}, 1, `aborted-turn.jsonl: atSeq "99": anchor seq 99 is beyond the log's head (seq 21)`},
 		{"missing --at", []string{"fork-point", logs + "aborted-turn.jsonl"}, 2, "--at is required"},
 		{"unknown flag", []string{"replay", "--bogus", logs + "aborted-turn.jsonl"}, 2, "flag provided but not defined: -bogus"},
@@ -285,51 +318,5 @@ func TestHelpListsCommands(t *testing.T) {
 	}
 	if out, _, code := cli(t, "", "help", "replay"); code != 0 || !strings.Contains(out, "-through") {
 		t.Errorf("help replay: exit %d\n%s", code, out)
-	}
-}
-
-// runAsCLIEnv makes the test binary run as the turnlog command: TestProcess
-// starts it again with this variable set, so the CLI runs in a process of
-// its own without a separate build.
-const runAsCLIEnv = "TURNLOG_TEST_RUN_AS_CLI"
-
-func TestMain(m *testing.M) {
-	if os.Getenv(runAsCLIEnv) == "1" {
-		main()
-	}
-	os.Exit(m.Run())
-}
-
-// A process of its own: exit codes reach the shell, and failures are one
-// line, never a stack trace.
-func TestProcess(t *testing.T) {
-	tests := []struct {
-		args     []string
-		wantCode int
-	}{
-		{[]string{"replay", logs + "legacy-flat-state.jsonl"}, 0},
-		{[]string{"validate", logs + "invalid-structure.jsonl"}, 1},
-		{[]string{"fork-point", "--at", "NaN", logs + "aborted-turn.jsonl"}, 1},
-		{[]string{"replay", logs + "does-not-exist.jsonl"}, 1},
-		{[]string{"nonsense"}, 2},
-	}
-	for _, tt := range tests {
-		cmd := exec.Command(os.Args[0], tt.args...)
-		cmd.Env = append(os.Environ(), runAsCLIEnv+"=1")
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		err := cmd.Run()
-		code := 0
-		if ee, ok := errors.AsType[*exec.ExitError](err); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		if code != tt.wantCode || strings.Contains(stderr.String(), "goroutine") {
-			t.Errorf("turnlog %s: exit %d, want %d; stderr %q", strings.Join(tt.args, " "), code, tt.wantCode, stderr.String())
-		}
-		if code == 1 && strings.Count(stderr.String(), "\n") != 1 && tt.args[0] != "validate" {
-			t.Errorf("turnlog %s: stderr %q, want one line", strings.Join(tt.args, " "), stderr.String())
-		}
 	}
 }

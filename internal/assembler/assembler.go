@@ -134,6 +134,11 @@ func Assemble(src turnlog.Source) (Result, error) {
 type Assembler struct {
 	session   turnlog.Adapter
 	responses []*response // of the open turn, in start order
+
+	// spare holds the text buffers of blocks already assembled, for the
+	// blocks of later responses: a block grows by one chunk at a time, and
+	// reusing buffers spares every response the same series of regrowths.
+	spare [][]byte
 }
 
 // New returns an Assembler. session is the adapter of responses that do not
@@ -178,6 +183,7 @@ func (a *Assembler) Flush() Output {
 	for _, r := range a.responses {
 		if !r.finished {
 			out.Partials = append(out.Partials, r.partial(""))
+			a.release(r)
 		}
 	}
 	a.responses = nil
@@ -209,7 +215,7 @@ func (a *Assembler) chunk(e *turnlog.Event, c turnlog.Chunk) Output {
 		return diagnostic(CodeInconsistentStream, e.Seq, "chunk for response %d after its response/finish is ignored", c.Response)
 	}
 	r.lastSeq = e.Seq
-	b := r.block(c.Block, c.Delta.Type)
+	b := a.block(r, c.Block, c.Delta.Type)
 	if b.typ != c.Delta.Type {
 		return diagnostic(CodeInconsistentStream, e.Seq, "block %d of response %d is %s, a %s delta for it is ignored", c.Block, c.Response, b.typ, c.Delta.Type)
 	}
@@ -227,10 +233,21 @@ func (a *Assembler) finish(e *turnlog.Event, f turnlog.ResponseFinish) Output {
 	}
 	r.finished = true
 	r.lastSeq = e.Seq
+	defer a.release(r) // a finished response takes no more chunks
 	if f.StopReason.Interrupted() {
 		return Output{Partials: []Partial{r.partial(f.StopReason)}}
 	}
 	return r.assemble(e, f)
+}
+
+// release returns the text buffers of a response that is done streaming.
+func (a *Assembler) release(r *response) {
+	for _, b := range r.blocks {
+		if b.text != nil {
+			a.spare = append(a.spare, b.text[:0])
+			b.text = nil
+		}
+	}
 }
 
 func diagnostic(code string, seq int64, format string, args ...any) Output {
@@ -251,18 +268,22 @@ type response struct {
 type streamBlock struct {
 	index    int
 	typ      string
-	text     strings.Builder // text, thinking, or the concatenated argumentsDelta
+	text     []byte // text, thinking, or the concatenated argumentsDelta
 	redacted bool
 	id, name string
 }
 
-func (r *response) block(index int, typ string) *streamBlock {
+// block returns the response's block index, starting it if it is new.
+func (a *Assembler) block(r *response, index int, typ string) *streamBlock {
 	for i := len(r.blocks) - 1; i >= 0; i-- { // chunks nearly always extend the last block
 		if r.blocks[i].index == index {
 			return r.blocks[i]
 		}
 	}
 	b := &streamBlock{index: index, typ: typ}
+	if n := len(a.spare); n > 0 {
+		b.text, a.spare = a.spare[n-1], a.spare[:n-1]
+	}
 	r.blocks = append(r.blocks, b)
 	return b
 }
@@ -270,12 +291,12 @@ func (r *response) block(index int, typ string) *streamBlock {
 func (b *streamBlock) add(d turnlog.Delta) {
 	switch b.typ {
 	case turnlog.BlockText:
-		b.text.WriteString(d.Text)
+		b.text = append(b.text, d.Text...)
 	case turnlog.BlockThinking:
-		b.text.WriteString(d.Thinking)
+		b.text = append(b.text, d.Thinking...)
 		b.redacted = b.redacted || d.Redacted
 	case turnlog.BlockToolCall:
-		b.text.WriteString(d.ArgumentsDelta)
+		b.text = append(b.text, d.ArgumentsDelta...)
 		if b.id == "" {
 			b.id = d.ID
 		}
@@ -301,9 +322,9 @@ func keep(b *streamBlock, stop turnlog.StopReason) bool {
 
 func (r *response) assemble(e *turnlog.Event, f turnlog.ResponseFinish) Output {
 	var out Output
-	blocks := slices.SortedFunc(slices.Values(r.blocks), func(x, y *streamBlock) int { return cmp.Compare(x.index, y.index) })
+	blocks := r.sortedBlocks()
 	kept := make([]bool, len(blocks))
-	content := []turnlog.ContentBlock{}
+	content := make([]turnlog.ContentBlock, 0, len(blocks))
 	for i, b := range blocks {
 		kept[i] = keep(b, f.StopReason)
 		if !kept[i] {
@@ -343,12 +364,12 @@ func (r *response) assemble(e *turnlog.Event, f turnlog.ResponseFinish) Output {
 func (b *streamBlock) contentBlock(seq int64) (turnlog.ContentBlock, *Diagnostic) {
 	switch b.typ {
 	case turnlog.BlockText:
-		return turnlog.ContentBlock{Type: b.typ, Text: b.text.String()}, nil
+		return turnlog.ContentBlock{Type: b.typ, Text: string(b.text)}, nil
 	case turnlog.BlockThinking:
-		return turnlog.ContentBlock{Type: b.typ, Thinking: b.text.String(), Redacted: b.redacted}, nil
+		return turnlog.ContentBlock{Type: b.typ, Thinking: string(b.text), Redacted: b.redacted}, nil
 	}
 	cb := turnlog.ContentBlock{Type: b.typ, ID: b.id, Name: b.name, Arguments: json.RawMessage("{}")}
-	args := bytes.TrimSpace([]byte(b.text.String()))
+	args := bytes.Clone(bytes.TrimSpace(b.text)) // the buffer is reused once the response is done
 	if len(args) == 0 {
 		return cb, nil // a call without arguments
 	}
@@ -397,10 +418,19 @@ func alignEnvelope(raw json.RawMessage, blocks []*streamBlock, kept []bool) (jso
 	return pruned, ""
 }
 
+// sortedBlocks returns the blocks in index order. Streams nearly always emit
+// blocks in that order, and then no sorted copy is made.
+func (r *response) sortedBlocks() []*streamBlock {
+	byIndex := func(x, y *streamBlock) int { return cmp.Compare(x.index, y.index) }
+	if slices.IsSortedFunc(r.blocks, byIndex) {
+		return r.blocks
+	}
+	return slices.SortedFunc(slices.Values(r.blocks), byIndex)
+}
+
 func (r *response) partial(stop turnlog.StopReason) Partial {
 	p := Partial{Seq: r.lastSeq, Turn: r.turn, Response: r.number, StopReason: stop, Content: []turnlog.ContentBlock{}}
-	blocks := slices.SortedFunc(slices.Values(r.blocks), func(x, y *streamBlock) int { return cmp.Compare(x.index, y.index) })
-	for _, b := range blocks {
+	for _, b := range r.sortedBlocks() {
 		if b.typ == turnlog.BlockText || b.typ == turnlog.BlockThinking {
 			cb, _ := b.contentBlock(r.lastSeq)
 			p.Content = append(p.Content, cb)

@@ -263,7 +263,8 @@ func (b *Builder) flushTurn() {
 			b.appendMessage(Message{Seq: it.seq, Role: "user"}, turnlog.UserMessage{Content: it.userContent, Timestamp: it.time})
 		}
 	}
-	b.turn = turnMessages{}
+	clear(b.turn.items) // keep the array for the next turn, not what it pointed to
+	b.turn = turnMessages{items: b.turn.items[:0]}
 }
 
 func (b *Builder) appendMessage(m Message, v json.Marshaler) {

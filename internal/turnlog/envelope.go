@@ -78,6 +78,17 @@ func envelopeErrorf(field, format string, args ...any) *EnvelopeError {
 // *EnvelopeError for the first problem in the order kind, version, response,
 // blocks.
 func ParseReplayEnvelope(raw []byte) (ReplayEnvelope, error) {
+	// Assembly and replay both read every response's envelope, so the usual
+	// well-formed envelope is read by a single-pass scanner; anything it is
+	// not sure about is read by the general path, which also explains problems.
+	if env, ok := scanEnvelope(raw); ok {
+		return env, nil
+	}
+	return parseEnvelope(raw)
+}
+
+// parseEnvelope is ParseReplayEnvelope's general path.
+func parseEnvelope(raw []byte) (ReplayEnvelope, error) {
 	var env ReplayEnvelope
 	if jsonKind(raw) != "an object" {
 		return env, envelopeErrorf("", "want an object, got %s", jsonKind(raw))

@@ -113,3 +113,39 @@ func TestContentBlockStringEscaping(t *testing.T) {
 		t.Errorf("text %q, want %q", back.Text, want)
 	}
 }
+
+// The envelopes adapters write are read by the single-pass scanner, not the
+// general path, and the scanner reads them as the general path does.
+func TestScannerReadsAdapterEnvelopes(t *testing.T) {
+	for _, raw := range envelopeSeeds[:3] {
+		scanned, ok := turnlog.ScanEnvelope([]byte(raw))
+		if !ok {
+			t.Errorf("scanner gave up on %s", raw)
+			continue
+		}
+		parsed, err := turnlog.ParseEnvelope([]byte(raw))
+		if err != nil || !reflect.DeepEqual(scanned, parsed) {
+			t.Errorf("%s: scanner read %+v, the general path %+v (%v)", raw, scanned, parsed, err)
+		}
+	}
+}
+
+// Raw content is copied as written when it is compact, and compacted when it
+// is not; spaces and quotes inside strings, escaped or not, are content.
+func TestRawContentCompaction(t *testing.T) {
+	tests := []struct{ raw, want string }{
+		{`[{"type":"text","text":"say \"hi\" to them"}]`, `[{"type":"text","text":"say \"hi\" to them"}]`},
+		{`["a\\", "b"]`, `["a\\","b"]`},
+		{`["\\\" x",1]`, `["\\\" x",1]`},
+		{`["tab\tin string"] `, `["tab\tin string"]`},
+	}
+	for _, tt := range tests {
+		got, err := turnlog.ToolResultMessage{ToolCallID: "c", Content: json.RawMessage(tt.raw)}.MarshalJSON()
+		if err != nil {
+			t.Fatalf("%s: %v", tt.raw, err)
+		}
+		if want := `{"role":"toolResult","toolCallId":"c","toolName":"","content":` + tt.want + `,"isError":false}`; string(got) != want {
+			t.Errorf("content %s encodes as\n  %s\nwant\n  %s", tt.raw, got, want)
+		}
+	}
+}

@@ -8,3 +8,10 @@ type WireEvent = wireEvent
 
 // DecodeByType is DecodeEvent's careful path.
 var DecodeByType = decodeByType
+
+// ScanEnvelope is ParseReplayEnvelope's single-pass scanner; ParseEnvelope
+// is its general path.
+var (
+	ScanEnvelope  = scanEnvelope
+	ParseEnvelope = parseEnvelope
+)

@@ -3,6 +3,7 @@ package turnlog_test
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
 	"testing"
 
 	"github.com/turnlog/turnlog/internal/turnlog"
@@ -74,4 +75,44 @@ func assertSameEvent(t *testing.T, what string, want, got turnlog.Event) {
 	if err1 != nil || err2 != nil || !bytes.Equal(wp, gp) {
 		t.Fatalf("%s: payload\n  %s (%v)\nwant\n  %s (%v)", what, gp, err2, wp, err1)
 	}
+}
+
+// FuzzReplayEnvelope checks that whenever the envelope scanner answers, the
+// general path gives the same envelope and finds no problem.
+func FuzzReplayEnvelope(f *testing.F) {
+	for _, seed := range envelopeSeeds {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		scanned, ok := turnlog.ScanEnvelope(raw)
+		if !ok {
+			return
+		}
+		parsed, err := turnlog.ParseEnvelope(raw)
+		if err != nil {
+			t.Fatalf("scanner accepted %q, the general path finds: %v", raw, err)
+		}
+		if !reflect.DeepEqual(scanned, parsed) {
+			t.Fatalf("%q: scanner read %+v, the general path %+v", raw, scanned, parsed)
+		}
+	})
+}
+
+// envelopeSeeds are envelopes as adapters write them, and near misses.
+var envelopeSeeds = []string{
+	`{"kind":"pi-ai","version":2,"response":{"id":"msg_01","api":"anthropic-messages","provider":"anthropic","model":"claude-sonnet-4-5"},"blocks":[{"type":"thinking","signature":"EqQBCkYIBxgCKkDx3c1b9f2Q0a7rWkq8mXyL1Thinking01"},{"type":"text","signature":"txt_01"},null]}`,
+	`{ "version" : 2 , "kind" : "pi-ai" , "blocks" : [ { "type" : "text" , "signature" : null , "x-cache" : [1.5e3, -0, true, false, {"a":"\u00e9\n"}] } ] , "x-new" : "é" }`,
+	`{"kind":"pi-ai","version":2,"blocks":[]}`,
+	`{"Kind":"pi-ai","version":2}`,
+	`{"kind":"pi-ai","kind":"other","version":2}`,
+	`{"kind":"pi-\u0061i","version":2}`,
+	`{"kind":"pi-ai","version":2.0}`,
+	`{"kind":"pi-ai","version":99999999999999999999}`,
+	`{"kind":"pi-ai","version":2,"blocks":[{"type":"","signature":"s"}]}`,
+	`{"kind":"pi-ai","version":2,"blocks":[{"TYPE":"text"}]}`,
+	`{"kind":"pi-ai","version":2,"response":{"a":01}}`,
+	`{"kind":"pi-ai","version":2,"response":{"a":"\x"}}`,
+	`{"kind":"pi-ai","version":2,} `,
+	`{"kind":"pi-ai","version":2} x`,
+	`{"thinkingSignatures":["sigA","sigB"],"responseId":"msg_legacy_7"}`,
 }

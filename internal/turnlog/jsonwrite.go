@@ -72,6 +72,9 @@ func (o *objectWriter) optInt(k string, v int64) {
 }
 
 func (o *objectWriter) extra(extra map[string]json.RawMessage) {
+	if len(extra) == 0 {
+		return // nearly every block and message: skip sorting no keys
+	}
 	for _, k := range slices.Sorted(maps.Keys(extra)) {
 		o.raw(k, extra[k])
 	}
@@ -95,26 +98,36 @@ func appendCompactJSON(dst, raw []byte) ([]byte, error) {
 }
 
 func hasInsignificantSpace(raw []byte) bool {
-	inString := false
 	for i := 0; i < len(raw); i++ {
-		c := raw[i]
-		if inString {
-			switch c {
-			case '\\':
-				i++
-			case '"':
-				inString = false
-			}
-			continue
-		}
-		switch c {
-		case '"':
-			inString = true
+		switch raw[i] {
 		case ' ', '\t', '\n', '\r':
 			return true
+		case '"':
+			// Jump to the closing quote: content is mostly long strings, and
+			// IndexByte finds a quote far faster than a byte-by-byte loop.
+			for {
+				end := bytes.IndexByte(raw[i+1:], '"')
+				if end < 0 {
+					return false // unterminated: the rest is inside the string
+				}
+				i += 1 + end
+				if !escaped(raw, i) {
+					break
+				}
+			}
 		}
 	}
 	return false
+}
+
+// escaped reports whether the byte at i follows an odd number of backslashes.
+func escaped(raw []byte, i int) bool {
+	n := 0
+	for i > 0 && raw[i-1] == '\\' {
+		n++
+		i--
+	}
+	return n%2 == 1
 }
 
 const hexDigits = "0123456789abcdef"
