@@ -22,8 +22,8 @@ all: build
 ##@ Quickstart
 
 .PHONY: dev
-dev: control-plane manifests ## Run turnlog locally: control plane, CRDs, manager (state in ./.turnlog-dev/).
-	$(GO) run ./hack/dev --state-dir $(CURDIR)/.turnlog-dev --control-plane $(CONTROL_PLANE_DIR) --crds $(CURDIR)/config/crd/bases
+dev: control-plane manifests build ## Run turnlog locally: cluster, object store, manager, worker pods (state in ./.turnlog-dev/).
+	$(GO) run ./hack/dev --state-dir $(CURDIR)/.turnlog-dev --control-plane $(CONTROL_PLANE_DIR) --crds $(CURDIR)/config/crd/bases --turnlog $(BIN_DIR)/turnlog
 
 .PHONY: test
 test: control-plane verify-generated vet test-unit ## Everything CI runs: generated files, vet, unit and envtest suites.

@@ -1,20 +1,30 @@
-// Command dev runs turnlog on a laptop without a cluster: it starts a local
-// control plane (etcd + kube-apiserver built by hack/controlplane.sh) whose
-// state persists under --state-dir, installs the CRDs, writes a kubeconfig
-// and prints the commands to use it. Ctrl-C stops everything.
+// Command dev runs turnlog on a laptop without a cluster or a container
+// runtime: a local cluster (etcd, kube-apiserver, kube-controller-manager,
+// kube-scheduler and a node whose pods are local processes), a file:// object
+// store, and `turnlog manager` in pod worker mode, so assembly and replay run
+// as real Jobs. It imports a sample session and prints the commands to try
+// next. State lives under --state-dir and survives a restart; Ctrl-C stops
+// everything.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
 
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"github.com/turnlog/turnlog/test/localcluster"
 )
+
+// workerImage is the image name the manager gives worker pods; the local
+// node maps it to the turnlog binary.
+const workerImage = "turnlog:dev"
 
 func main() {
 	if err := run(); err != nil {
@@ -24,69 +34,141 @@ func main() {
 }
 
 func run() error {
-	stateDirFlag := flag.String("state-dir", ".turnlog-dev", "directory for etcd data and the kubeconfig; kept across runs")
-	controlPlane := flag.String("control-plane", "", "directory holding etcd, kube-apiserver and kubectl (make control-plane)")
+	stateDirFlag := flag.String("state-dir", ".turnlog-dev", "directory for the cluster's state, the object store and logs; kept across runs")
+	controlPlane := flag.String("control-plane", "", "directory holding etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl (make control-plane)")
 	crds := flag.String("crds", "config/crd/bases", "directory of CRD manifests to install")
+	turnlogBin := flag.String("turnlog", "bin/turnlog", "the turnlog binary (make build)")
+	sample := flag.String("sample", "config/samples/support-chat.jsonl", "log imported as Session support-chat on first start")
 	flag.Parse()
 
 	stateDir, err := filepath.Abs(*stateDirFlag)
 	if err != nil {
 		return err
 	}
-	if _, err := os.Stat(filepath.Join(*controlPlane, "kube-apiserver")); err != nil {
-		return fmt.Errorf("no kube-apiserver in --control-plane %q: run `make control-plane` first", *controlPlane)
-	}
-	etcdDir := filepath.Join(stateDir, "etcd")
-	if err := os.MkdirAll(etcdDir, 0o700); err != nil {
-		return err
-	}
-
-	env := &envtest.Environment{
-		BinaryAssetsDirectory: *controlPlane,
-		CRDDirectoryPaths:     []string{*crds},
-		ErrorIfCRDPathMissing: true,
-	}
-	// etcd's data lives in the state dir so Sessions survive a restart.
-	env.ControlPlane.Etcd = &envtest.Etcd{DataDir: etcdDir}
-
-	fmt.Println("starting the local control plane (etcd + kube-apiserver) ...")
-	if _, err := env.Start(); err != nil {
-		return fmt.Errorf("starting the control plane: %w", err)
-	}
-	defer func() {
-		fmt.Println("stopping the control plane ...")
-		if err := env.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "turnlog dev: stopping:", err)
-		}
-	}()
-
-	admin, err := env.AddUser(envtest.User{Name: "turnlog-dev", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		return fmt.Errorf("creating the admin user: %w", err)
-	}
-	kubeconfig, err := admin.KubeConfig()
+	bin, err := filepath.Abs(*turnlogBin)
 	if err != nil {
 		return err
 	}
-	kubeconfigPath := filepath.Join(stateDir, "kubeconfig")
-	if err := os.WriteFile(kubeconfigPath, kubeconfig, 0o600); err != nil {
+	if _, err := os.Stat(bin); err != nil {
+		return fmt.Errorf("no turnlog binary at %s: run `make build` first", bin)
+	}
+	storeDir := filepath.Join(stateDir, "store")
+	if err := os.MkdirAll(storeDir, 0o755); err != nil {
 		return err
 	}
-
-	fmt.Printf(`
-turnlog dev is running. In another shell:
-
-  export KUBECONFIG=%s
-  export PATH=%s:$PATH
-  kubectl get crds
-  kubectl apply -f config/samples/
-  kubectl get sessions,sessionforks
-
-Press Ctrl-C to stop; state is kept in %s.
-`, kubeconfigPath, *controlPlane, stateDir)
+	storeURL := "file://" + storeDir
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	<-ctx.Done()
+
+	fmt.Println("starting the local cluster (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, process node) ...")
+	startCtx, cancelStart := context.WithTimeout(ctx, 3*time.Minute)
+	cluster, err := localcluster.Start(startCtx, localcluster.Options{
+		BinaryDir:         *controlPlane,
+		StateDir:          filepath.Join(stateDir, "cluster"),
+		CRDDirectoryPaths: []string{*crds},
+		Images:            map[string]string{workerImage: bin},
+	})
+	cancelStart()
+	if err != nil {
+		return fmt.Errorf("starting the local cluster: %w", err)
+	}
+	defer func() {
+		fmt.Println("stopping the local cluster ...")
+		if err := cluster.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "turnlog dev: stopping the cluster:", err)
+		}
+	}()
+
+	managerLog := filepath.Join(stateDir, "manager.log")
+	manager, err := startManager(bin, cluster.Kubeconfig, storeURL, managerLog)
+	if err != nil {
+		return err
+	}
+	managerDone := make(chan error, 1)
+	go func() { managerDone <- manager.Wait() }()
+	defer func() {
+		fmt.Println("stopping the manager ...")
+		_ = manager.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-managerDone:
+		case <-time.After(15 * time.Second):
+			_ = manager.Process.Kill()
+			<-managerDone
+		}
+	}()
+
+	if err := importSample(ctx, cluster, bin, storeURL, *sample); err != nil {
+		return err
+	}
+
+	kubectlDir := filepath.Dir(cluster.KubectlPath)
+	fmt.Printf(`
+turnlog dev is running: manager in pod worker mode, store %s,
+manager log %s. In another shell:
+
+  export KUBECONFIG=%s
+  export PATH=%s:%s:$PATH
+  kubectl get sessions
+  kubectl get pods -w                      # worker pods: Running, then Completed
+  kubectl apply -f config/samples/turnlog_v1alpha1_sessionfork.yaml
+  kubectl get sessionforks,sessions
+  kubectl get events --field-selector reason=ReplayDegraded
+  turnlog export --session support-chat-retry --store-url %s
+
+Press Ctrl-C to stop; state is kept in %s.
+`, storeURL, managerLog, cluster.Kubeconfig, kubectlDir, filepath.Dir(bin), storeURL, stateDir)
+
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-managerDone:
+		managerDone <- err // for the deferred stop
+		return fmt.Errorf("the manager exited (%v); see %s", err, managerLog)
+	}
+}
+
+// startManager runs `turnlog manager` against the local cluster with its
+// output in logPath.
+func startManager(bin, kubeconfig, storeURL, logPath string) (*exec.Cmd, error) {
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "manager",
+		"--store-url="+storeURL,
+		"--worker-mode=pod",
+		"--worker-image="+workerImage,
+		"--poll-interval=30s",
+		"--metrics-bind-address=0",
+		"--health-probe-bind-address=0",
+	)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("starting the manager: %w", err)
+	}
+	logFile.Close() // the child holds its own descriptor
+	return cmd, nil
+}
+
+// importSample imports the sample log as Session support-chat unless it
+// exists from an earlier run.
+func importSample(ctx context.Context, cluster *localcluster.Cluster, bin, storeURL, sample string) error {
+	if err := cluster.Kubectl(ctx, "get", "session", "support-chat", "-n", "default").Run(); err == nil {
+		return nil
+	}
+	cmd := exec.CommandContext(ctx, bin, "import", "--session", "support-chat", "-n", "default", "--store-url", storeURL, sample)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+cluster.Kubeconfig)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		var exitErr *exec.ExitError
+		if errors.As(err, &exitErr) {
+			return fmt.Errorf("importing %s: %s", sample, out)
+		}
+		return fmt.Errorf("importing %s: %w", sample, err)
+	}
+	fmt.Printf("%s", out)
 	return nil
 }
