@@ -83,7 +83,9 @@ func (r *SessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ 
 		// First of all, so that deleting the Session always goes through
 		// spec.retention.
 		if err := r.Update(ctx, session); err != nil {
-			return ctrl.Result{}, err
+			// A conflict means a newer version exists, whose watch event
+			// brings this Session back; it is not worth an error.
+			return ctrl.Result{}, ignoreConflict(err)
 		}
 	}
 

@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
@@ -34,10 +37,21 @@ func (r *SessionReconciler) reconcileDelete(ctx context.Context, session *turnlo
 	}
 	controllerutil.RemoveFinalizer(session, turnlogv1.FinalizerRetention)
 	if err := r.Update(ctx, session); err != nil {
-		return err
+		// On a conflict the newer version's event retries the deletion,
+		// which is idempotent.
+		return client.IgnoreNotFound(ignoreConflict(err))
 	}
 	for _, task := range []string{"assemble", "replay"} {
 		r.reported.Delete(string(session.UID) + "/" + task)
 	}
 	return nil
+}
+
+// ignoreConflict drops optimistic-concurrency conflicts, which resolve
+// themselves through the watch event of the newer version.
+func ignoreConflict(err error) error {
+	if apierrors.IsConflict(err) {
+		return nil
+	}
+	return err
 }
