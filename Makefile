@@ -26,7 +26,7 @@ dev: control-plane manifests build ## Run turnlog locally: cluster, object store
 	$(GO) run ./hack/dev --state-dir $(CURDIR)/.turnlog-dev --control-plane $(CONTROL_PLANE_DIR) --crds $(CURDIR)/config/crd/bases --turnlog $(BIN_DIR)/turnlog
 
 .PHONY: test
-test: control-plane verify-generated vet test-unit ## Everything CI runs: generated files, vet, unit and envtest suites.
+test: control-plane verify-generated vet test-unit test-e2e ## Everything CI runs: generated files, vet, unit, envtest and end-to-end suites.
 
 ##@ Building
 
@@ -61,8 +61,12 @@ vet:
 	$(GO) vet ./...
 
 .PHONY: test-unit
-test-unit: ## Unit tests and envtest suites (real kube-apiserver + etcd from CONTROL_PLANE_DIR).
-	KUBEBUILDER_ASSETS=$(CONTROL_PLANE_DIR) $(GO) test ./... -count=1 -timeout 20m
+test-unit: ## Unit tests, envtest suites and the local-cluster tests (everything but test/e2e).
+	KUBEBUILDER_ASSETS=$(CONTROL_PLANE_DIR) $(GO) test $$($(GO) list ./... | grep -v /test/e2e) -count=1 -timeout 20m
+
+.PHONY: test-e2e
+test-e2e: control-plane ## End-to-end suite: local cluster, manager, worker pods, kubectl (docs/e2e.md; E2E_KUBECONFIG for another cluster).
+	KUBEBUILDER_ASSETS=$(CONTROL_PLANE_DIR) $(GO) test ./test/e2e/... -count=1 -timeout 15m -v
 
 .PHONY: docker-build
 docker-build: ## Build the image (needs a Docker engine).

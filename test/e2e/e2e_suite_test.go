@@ -1,0 +1,215 @@
+package e2e
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/turnlog/turnlog/test/localcluster"
+)
+
+// Images the local node maps to binaries. The slow one sleeps before it
+// runs the worker, so that a spec can act while a worker pod is Running.
+const (
+	workerImage     = "turnlog:e2e"
+	slowWorkerImage = "turnlog:e2e-slow"
+	slowWorkerDelay = "5"
+)
+
+// workerCredentialsSecret is the Secret config/manager tells the deployed
+// manager to give worker pods (--worker-credentials-secret); against an
+// external cluster it must exist in the suite's namespace, or worker pods
+// stay Pending.
+const workerCredentialsSecret = "turnlog-store-credentials"
+
+// env is what every spec works against.
+var env struct {
+	root       string // the repository
+	kubeconfig string
+	kubectl    string
+	turnlog    string // the built binary, for import and export
+	storeURL   string
+	namespace  string
+	clientset  kubernetes.Interface
+	// cluster is the local cluster; nil against an external cluster.
+	cluster *localcluster.Cluster
+	manager manager
+}
+
+func TestE2E(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "turnlog e2e suite")
+}
+
+var _ = BeforeSuite(func(ctx SpecContext) {
+	// Worker pods, the Job controller and the manager all take their time
+	// on a busy 2-core machine; every wait is an Eventually, never a sleep.
+	SetDefaultEventuallyTimeout(90 * time.Second)
+	SetDefaultEventuallyPollingInterval(500 * time.Millisecond)
+
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	Expect(err).NotTo(HaveOccurred())
+	env.root = root
+	tmp := GinkgoT().TempDir()
+
+	By("building turnlog")
+	env.turnlog = filepath.Join(tmp, "turnlog")
+	build := exec.CommandContext(ctx, "go", "build", "-o", env.turnlog, "./cmd/turnlog")
+	build.Dir = root
+	out, err := build.CombinedOutput()
+	Expect(err).NotTo(HaveOccurred(), "go build ./cmd/turnlog:\n%s", out)
+
+	if external := os.Getenv("E2E_KUBECONFIG"); external != "" {
+		useExternalCluster(external)
+	} else {
+		startLocalCluster(ctx, tmp)
+	}
+
+	cfg, err := clientcmd.BuildConfigFromFlags("", env.kubeconfig)
+	Expect(err).NotTo(HaveOccurred())
+	env.clientset, err = kubernetes.NewForConfig(cfg)
+	Expect(err).NotTo(HaveOccurred())
+
+	// A namespace of its own per run, so that a run against a long-lived
+	// cluster never meets a previous run's Sessions.
+	suffix := make([]byte, 3)
+	_, _ = rand.Read(suffix)
+	env.namespace = "turnlog-e2e-" + hex.EncodeToString(suffix)
+	kubectl("create", "namespace", env.namespace)
+	if env.cluster == nil {
+		copyWorkerCredentials(ctx)
+	}
+}, NodeTimeout(10*time.Minute))
+
+var _ = AfterSuite(func() {
+	// Stop what the suite started in reverse order; each step runs even if
+	// an earlier one fails, so no process outlives the suite.
+	if env.cluster == nil {
+		if env.namespace != "" && env.kubeconfig != "" {
+			_ = exec.Command(env.kubectl, "--kubeconfig", env.kubeconfig, "delete", "namespace", env.namespace, "--wait=false").Run()
+		}
+		return
+	}
+	var errs []error
+	if m, ok := env.manager.(*localManager); ok {
+		errs = append(errs, m.stop())
+	}
+	errs = append(errs, env.cluster.Stop())
+	for _, err := range errs {
+		Expect(err).NotTo(HaveOccurred())
+	}
+})
+
+// On failure, print what explains it: the objects as kubectl shows them
+// and the manager's log.
+var _ = AfterEach(func() {
+	if !CurrentSpecReport().Failed() || env.kubeconfig == "" {
+		return
+	}
+	out, _ := exec.Command(env.kubectl, "--kubeconfig", env.kubeconfig, "-n", env.namespace,
+		"get", "sessions,sessionforks,jobs,pods,events", "-o", "wide").CombinedOutput()
+	GinkgoWriter.Printf("\n--- kubectl get sessions,sessionforks,jobs,pods,events -n %s\n%s", env.namespace, out)
+	if env.manager != nil {
+		GinkgoWriter.Printf("\n--- manager log\n%s\n", env.manager.logTail(300))
+	}
+})
+
+// startLocalCluster starts the local cluster, the file:// store and the
+// manager in pod worker mode.
+func startLocalCluster(ctx context.Context, tmp string) {
+	By("starting the local cluster")
+	// Workers that start a few seconds late: the shell is replaced by the
+	// worker, so the pod's process is the worker as with the real image.
+	slow := filepath.Join(tmp, "turnlog-slow")
+	script := "#!/bin/sh\nsleep " + slowWorkerDelay + "\nexec '" + env.turnlog + `' "$@"` + "\n"
+	Expect(os.WriteFile(slow, []byte(script), 0o755)).To(Succeed())
+
+	startCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	cluster, err := localcluster.Start(startCtx, localcluster.Options{
+		CRDDirectoryPaths: []string{filepath.Join(env.root, "config", "crd", "bases")},
+		Images:            map[string]string{workerImage: env.turnlog, slowWorkerImage: slow},
+	})
+	Expect(err).NotTo(HaveOccurred())
+	env.cluster = cluster
+	env.kubeconfig = cluster.Kubeconfig
+	env.kubectl = cluster.KubectlPath
+
+	storeDir := filepath.Join(tmp, "store")
+	Expect(os.MkdirAll(storeDir, 0o755)).To(Succeed())
+	env.storeURL = "file://" + storeDir
+
+	By("starting the manager")
+	m := &localManager{
+		bin:        env.turnlog,
+		kubeconfig: env.kubeconfig,
+		storeURL:   env.storeURL,
+		logPath:    filepath.Join(tmp, "manager.log"),
+	}
+	Expect(m.start(workerImage)).To(Succeed())
+	env.manager = m
+}
+
+// useExternalCluster points the suite at a cluster where turnlog is
+// deployed (make deploy) with E2E_IMAGE as its image.
+func useExternalCluster(kubeconfig string) {
+	Expect(os.Getenv("E2E_IMAGE")).NotTo(BeEmpty(), "E2E_KUBECONFIG is set: set E2E_IMAGE to the image deployed with `make deploy IMG=...`")
+	env.storeURL = os.Getenv("E2E_STORE_URL")
+	Expect(env.storeURL).NotTo(BeEmpty(), "E2E_KUBECONFIG is set: set E2E_STORE_URL to the store the deployed manager uses")
+	env.kubeconfig = kubeconfig
+	env.kubectl = kubectlBinary()
+	managerNamespace := os.Getenv("E2E_MANAGER_NAMESPACE")
+	if managerNamespace == "" {
+		managerNamespace = "turnlog-system"
+	}
+	env.manager = &deployedManager{namespace: managerNamespace}
+	// The suite tests E2E_IMAGE: refuse a deployment of another build.
+	Expect(kubectl("get", "deployment", managerDeployment, "-n", managerNamespace,
+		"-o", "jsonpath={.spec.template.spec.containers[0].image}")).To(Equal(os.Getenv("E2E_IMAGE")))
+}
+
+// kubectlBinary is the kubectl of the control plane `make control-plane`
+// builds, else the one on PATH.
+func kubectlBinary() string {
+	dir := os.Getenv("KUBEBUILDER_ASSETS")
+	if dir == "" {
+		home, _ := os.UserHomeDir()
+		dir = filepath.Join(home, ".local", "share", "kubebuilder-envtest", "k8s", "1.37.2-linux-amd64")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "kubectl")); err == nil {
+		return filepath.Join(dir, "kubectl")
+	}
+	path, err := exec.LookPath("kubectl")
+	Expect(err).NotTo(HaveOccurred(), "no kubectl in %s or on PATH", dir)
+	return path
+}
+
+// copyWorkerCredentials gives the suite's namespace the store credentials
+// the deployed manager's workers use, or an empty Secret of that name when
+// the store needs none (workload identity).
+func copyWorkerCredentials(ctx context.Context) {
+	m := env.manager.(*deployedManager)
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: workerCredentialsSecret, Namespace: env.namespace}}
+	src, err := env.clientset.CoreV1().Secrets(m.namespace).Get(ctx, workerCredentialsSecret, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		secret.Data = src.Data
+	case !apierrors.IsNotFound(err):
+		Expect(err).NotTo(HaveOccurred())
+	}
+	_, err = env.clientset.CoreV1().Secrets(env.namespace).Create(ctx, secret, metav1.CreateOptions{})
+	Expect(err).NotTo(HaveOccurred())
+}
