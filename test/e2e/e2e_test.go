@@ -188,7 +188,10 @@ var _ = Describe("a worker pod deleted while it runs", func() {
 		}).Should(Succeed())
 		// The same Job counts the deleted pod as failed and its replacement
 		// as succeeded: the Job controller retried, not the manager.
-		Expect(jsonpath("job", job, "{.status.failed} {.status.succeeded}")).To(Equal("1 1"))
+		// The Job's status catches up with its pods shortly after.
+		Eventually(func() (string, error) {
+			return jsonpath("job", job, "{.status.failed} {.status.succeeded}")
+		}).Should(Equal("1 1"))
 
 		By("seeing the Session converge")
 		expectSessionShows(name, map[string]string{"HEAD": "22", "TURNS": "4", "DEGRADED": "1"})

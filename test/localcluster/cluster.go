@@ -262,7 +262,7 @@ func (c *Cluster) startNode(ctx context.Context, opts Options, images map[string
 	}
 	podsDir := filepath.Join(c.Dir, "pods")
 	newProvider := func(pc nodeutil.ProviderConfig) (nodeutil.Provider, node.NodeProvider, error) {
-		c.provider = newProcessProvider(podsDir, images, pc.Pods)
+		c.provider = newProcessProvider(podsDir, images, pc.Pods, clientset.CoreV1())
 		return c.provider, nil, nil
 	}
 	mux := http.NewServeMux()

@@ -174,7 +174,9 @@ func TestDeletingRunningPodKillsItsProcessesAndJobReplacesIt(t *testing.T) {
 	waitFor(t, 20*time.Second, "the deleted pod's shell and its child to exit", func() bool {
 		return !alive(pids[0]) && !alive(pids[1])
 	})
-	waitFor(t, 30*time.Second, "the deleted pod to leave the API server", func() bool {
+	// Well inside the 30 s grace period: the node removes the pod as soon as
+	// its process is gone, as a kubelet does.
+	waitFor(t, 10*time.Second, "the deleted pod to leave the API server", func() bool {
 		_, err := clientset.CoreV1().Pods(ns).Get(ctx, first.Name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
 	})

@@ -18,8 +18,11 @@ import (
 	"github.com/virtual-kubelet/virtual-kubelet/errdefs"
 	"github.com/virtual-kubelet/virtual-kubelet/node/api"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	corev1listers "k8s.io/client-go/listers/core/v1"
+	"k8s.io/klog/v2"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/utils/ptr"
 )
@@ -58,6 +61,10 @@ type processProvider struct {
 	// lister gives the pod's current metadata for status reports, so a
 	// status update never writes back stale labels or finalizers.
 	lister corev1listers.PodLister
+	// api removes a deleted pod once its process has exited, as a kubelet
+	// does; virtual-kubelet alone would keep it Terminating for the whole
+	// grace period.
+	api corev1client.PodsGetter
 
 	mu     sync.Mutex
 	pods   map[string]*podProcess // by namespace/name
@@ -75,6 +82,9 @@ type podProcess struct {
 	// forget removes the pod once its process has exited: it was deleted
 	// from the API server.
 	forget bool
+	// deleted: the pod was deleted from the API server (not merely
+	// abandoned by Stop), so it is removed there once its process is gone.
+	deleted bool
 	// grace is how long a deleted pod's process has between SIGTERM and
 	// SIGKILL; killTimer sends the SIGKILL.
 	grace     time.Duration
@@ -82,11 +92,12 @@ type podProcess struct {
 	logPath   string
 }
 
-func newProcessProvider(podsDir string, images map[string]string, lister corev1listers.PodLister) *processProvider {
+func newProcessProvider(podsDir string, images map[string]string, lister corev1listers.PodLister, api corev1client.PodsGetter) *processProvider {
 	return &processProvider{
 		images:  images,
 		podsDir: podsDir,
 		lister:  lister,
+		api:     api,
 		pods:    map[string]*podProcess{},
 		notify:  func(*corev1.Pod) {},
 	}
@@ -270,8 +281,27 @@ func (p *processProvider) finish(pp *podProcess, terminal func(*corev1.PodStatus
 	if pp.forget {
 		p.removeLocked(pp)
 	}
+	deleted := pp.deleted
 	p.mu.Unlock()
 	p.report(pp)
+	if deleted {
+		p.removeFromAPI(pp.pod)
+	}
+}
+
+// removeFromAPI deletes a pod whose process has exited from the API server
+// at once (grace 0, only this UID), as a kubelet does after its containers
+// stop. A pod already gone or replaced is left alone.
+func (p *processProvider) removeFromAPI(pod *corev1.Pod) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := p.api.Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: ptr.To[int64](0),
+		Preconditions:      &metav1.Preconditions{UID: &pod.UID},
+	})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		klog.Background().Error(err, "removing a deleted pod", "pod", klog.KObj(pod))
+	}
 }
 
 // report sends pp's status to the API server, on the pod's current
@@ -320,9 +350,15 @@ func (p *processProvider) DeletePod(_ context.Context, pod *corev1.Pod) error {
 		return nil
 	}
 	pp.forget = true
+	pp.deleted = true
 	select {
 	case <-pp.done:
 		p.removeLocked(pp)
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			p.removeFromAPI(pp.pod)
+		}()
 		return nil
 	default:
 	}
