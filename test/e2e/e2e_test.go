@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -195,6 +196,50 @@ var _ = Describe("a worker pod deleted while it runs", func() {
 
 		By("seeing the Session converge")
 		expectSessionShows(name, map[string]string{"HEAD": "22", "TURNS": "4", "DEGRADED": "1"})
+	})
+})
+
+var _ = Describe("a fork inside a turn still streaming", func() {
+	It("waits with TurnInProgress and completes when turnlog append ends the turn", func() {
+		const source, fork = "streaming", "streaming-fork"
+		sample := readSample()
+		// The first 15 events stop inside turn 3, whose turn/end is seq 16.
+		head := sampleLines(sample, 15)
+		headFile := filepath.Join(GinkgoT().TempDir(), "head.jsonl")
+		Expect(os.WriteFile(headFile, head, 0o600)).To(Succeed())
+		Expect(turnlog("import", "--session", source, headFile)).To(ContainSubstring("imported 15 events"))
+
+		forkYAML := fmt.Sprintf(`apiVersion: turnlog.dev/v1alpha1
+kind: SessionFork
+metadata:
+  name: %s
+spec:
+  source:
+    name: %s
+  atSeq: "13"
+`, fork, source)
+		forkFile := filepath.Join(GinkgoT().TempDir(), "fork.yaml")
+		Expect(os.WriteFile(forkFile, []byte(forkYAML), 0o600)).To(Succeed())
+		kubectl("apply", "-f", forkFile)
+
+		By("waiting, not failing, while the anchor's turn has not ended")
+		Eventually(jsonpath).WithArguments("sessionfork", fork,
+			`{.status.conditions[?(@.type=="Succeeded")].status} {.status.conditions[?(@.type=="Succeeded")].reason}`).
+			Should(Equal("Unknown " + turnlogv1.ReasonTurnInProgress))
+		Consistently(func() (string, error) {
+			return tryKubectl("get", "sessions", "-l", turnlogv1.LabelFork+"="+fork, "-o", "name")
+		}, "3s").Should(BeEmpty())
+
+		By("appending the rest of the log with turnlog append")
+		Expect(turnlogWithInput(sample[len(head):], "append", "--session", source)).
+			To(ContainSubstring("appended seq 15..22"))
+
+		Eventually(jsonpath).WithArguments("sessionfork", fork, `{.status.conditions[?(@.type=="Succeeded")].status}`).
+			Should(Equal("True"))
+		Expect(jsonpath("sessionfork", fork, "{.status.anchorSeq} {.status.cutSeq} {.status.cutReason}")).
+			To(Equal("13 16 aborted"))
+		Expect([]byte(turnlog("export", "--session", fork))).To(Equal(sampleLines(sample, forkCutLines)))
+		Expect([]byte(turnlog("export", "--session", source))).To(Equal(sample))
 	})
 })
 

@@ -55,8 +55,15 @@ func kubectl(args ...string) string {
 // cluster, namespace and store, and returns its stdout.
 func turnlog(command string, args ...string) string {
 	GinkgoHelper()
+	return turnlogWithInput(nil, command, args...)
+}
+
+// turnlogWithInput is turnlog with stdin, e.g. events for `turnlog append`.
+func turnlogWithInput(stdin []byte, command string, args ...string) string {
+	GinkgoHelper()
 	full := append([]string{command, "--kubeconfig", env.kubeconfig, "-n", env.namespace, "--store-url", env.storeURL}, args...)
 	cmd := exec.Command(env.turnlog, full...)
+	cmd.Stdin = bytes.NewReader(stdin)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	Expect(cmd.Run()).To(Succeed(), "turnlog %s: %s", strings.Join(full, " "), stderr.String())
