@@ -39,7 +39,7 @@ type SessionReconciler struct {
 	PodWorkers bool
 
 	// reported remembers the last results each Session's Events were raised
-	// for (key: UID and task), because the status a reconcile starts from
+	// for (key: UID, then the task or failed run), because the status a reconcile starts from
 	// may come from a cache that has not seen the previous reconcile's
 	// patch yet, and the same results must not be announced twice.
 	reported sync.Map
@@ -233,8 +233,12 @@ func (r *SessionReconciler) reconcileWork(ctx context.Context, s *sessionScope) 
 			w.Message = truncate(out.Message, 1024)
 			backoff := retryBackoff(w.Failures)
 			w.RetryAt = &metav1.Time{Time: time.Now().Add(backoff).Truncate(time.Second)}
-			r.Recorder.Eventf(s.session, nil, "Warning", turnlogv1.EventWorkerFailed, "Run",
-				"%s run %s failed (attempt %d): %s", run.Task, run.Name, w.Failures, truncate(out.Message, 800))
+			// A reconcile on a cache that has not seen this status yet
+			// finds the same failure again; announce it once.
+			if r.firstReport(s.session, "failed/"+run.Name, fmt.Sprint(out.Attempt)) {
+				r.Recorder.Eventf(s.session, nil, "Warning", turnlogv1.EventWorkerFailed, "Run",
+					"%s run %s failed (attempt %d): %s", run.Task, run.Name, w.Failures, truncate(out.Message, 800))
+			}
 			s.ready = workerFailed(run, w)
 			s.result.RequeueAfter = backoff
 			return nil

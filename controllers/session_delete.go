@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -41,9 +42,13 @@ func (r *SessionReconciler) reconcileDelete(ctx context.Context, session *turnlo
 		// which is idempotent.
 		return client.IgnoreNotFound(ignoreConflict(err))
 	}
-	for _, task := range []string{"assemble", "replay"} {
-		r.reported.Delete(string(session.UID) + "/" + task)
-	}
+	prefix := string(session.UID) + "/"
+	r.reported.Range(func(key, _ any) bool {
+		if strings.HasPrefix(key.(string), prefix) {
+			r.reported.Delete(key)
+		}
+		return true
+	})
 	return nil
 }
 
