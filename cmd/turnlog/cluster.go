@@ -99,13 +99,8 @@ func runImport(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 func runAppend(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := newFlagSet("append", "< EVENTS.jsonl", stderr)
 	f := addClusterFlags(fs)
-	positional, code, ok := parseArgs(fs, args)
-	if !ok {
+	if code, ok := noArgs(fs, args); !ok {
 		return code
-	}
-	if len(positional) > 0 {
-		fs.Usage()
-		return 2
 	}
 	sio, ns, err := f.sessionIO()
 	if err != nil {
@@ -122,13 +117,8 @@ func runAppend(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 func runExport(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs := newFlagSet("export", "", stderr)
 	f := addClusterFlags(fs)
-	positional, code, ok := parseArgs(fs, args)
-	if !ok {
+	if code, ok := noArgs(fs, args); !ok {
 		return code
-	}
-	if len(positional) > 0 {
-		fs.Usage()
-		return 2
 	}
 	sio, ns, err := f.sessionIO()
 	if err != nil {

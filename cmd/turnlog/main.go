@@ -141,6 +141,19 @@ func oneLogArg(fs *flag.FlagSet, args []string) (string, int, bool) {
 	return positional[0], 0, true
 }
 
+// noArgs parses a command that takes flags only.
+func noArgs(fs *flag.FlagSet, args []string) (int, bool) {
+	positional, code, ok := parseArgs(fs, args)
+	if !ok {
+		return code, false
+	}
+	if len(positional) > 0 {
+		fs.Usage()
+		return 2, false
+	}
+	return 0, true
+}
+
 // openLog opens a log argument: a file name, or - for stdin.
 func openLog(name string, stdin io.Reader) (io.ReadCloser, error) {
 	if name == "-" {
