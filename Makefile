@@ -26,13 +26,21 @@ dev: control-plane manifests build ## Run turnlog locally: cluster, object store
 	$(GO) run ./hack/dev --state-dir $(CURDIR)/.turnlog-dev --control-plane $(CONTROL_PLANE_DIR) --crds $(CURDIR)/config/crd/bases --turnlog $(BIN_DIR)/turnlog
 
 .PHONY: test
-test: control-plane verify-generated vet test-unit test-e2e ## Everything CI runs: generated files, vet, unit, envtest and end-to-end suites.
+test: control-plane pi-deps verify-generated vet test-unit test-e2e ## Everything CI runs: generated files, vet, unit, envtest and end-to-end suites.
 
 ##@ Building
 
 .PHONY: control-plane
 control-plane: ## Build etcd, kube-apiserver, kubectl, ... from Go modules (cached; ~10-12 min cold).
 	./hack/controlplane.sh
+
+.PHONY: pi-deps
+pi-deps: test/pi/node_modules/.package-lock.json ## Install the pinned pi-ai and pi-coding-agent the tests compare against (npm ci).
+
+# npm ci only when the lock file changed since the last install.
+test/pi/node_modules/.package-lock.json: test/pi/package.json test/pi/package-lock.json
+	npm ci --prefix test/pi --no-audit --no-fund --ignore-scripts
+	@touch $@
 
 .PHONY: generate
 generate: ## Generate deepcopy code.
