@@ -134,6 +134,10 @@ func Assemble(src turnlog.Source) (Result, error) {
 type Assembler struct {
 	session   turnlog.Adapter
 	responses []*response // of the open turn, in start order
+	// byNumber finds a response of the open turn by its number: a turn may
+	// hold any number of them, and a scan per event would make assembly
+	// quadratic.
+	byNumber map[responseKey]*response
 
 	// spare holds the text buffers of blocks already assembled, for the
 	// blocks of later responses: a block grows by one chunk at a time, and
@@ -187,22 +191,28 @@ func (a *Assembler) Flush() Output {
 		}
 	}
 	a.responses = nil
+	clear(a.byNumber)
 	return out
 }
 
+// responseKey identifies a response: its turn and its number in the turn.
+type responseKey struct {
+	turn   int64
+	number int
+}
+
 func (a *Assembler) find(turn int64, number int) *response {
-	for _, r := range a.responses {
-		if r.turn == turn && r.number == number {
-			return r
-		}
-	}
-	return nil
+	return a.byNumber[responseKey{turn, number}]
 }
 
 // start begins a response; chunks without a response/start begin one too.
 func (a *Assembler) start(e *turnlog.Event, number int) *response {
 	r := &response{turn: e.Turn, number: number, adapter: a.session, lastSeq: e.Seq}
 	a.responses = append(a.responses, r)
+	if a.byNumber == nil {
+		a.byNumber = map[responseKey]*response{}
+	}
+	a.byNumber[responseKey{e.Turn, number}] = r
 	return r
 }
 
@@ -256,10 +266,13 @@ func diagnostic(code string, seq int64, format string, args ...any) Output {
 
 // response is one model call being streamed.
 type response struct {
-	turn     int64
-	number   int
-	adapter  turnlog.Adapter
-	blocks   []*streamBlock // in order of first chunk
+	turn    int64
+	number  int
+	adapter turnlog.Adapter
+	blocks  []*streamBlock // in order of first chunk
+	// byIndex finds a block by its index: a response may stream any number
+	// of blocks, and a scan per chunk would make assembly quadratic.
+	byIndex  map[int]*streamBlock
 	finished bool
 	lastSeq  int64
 }
@@ -275,16 +288,21 @@ type streamBlock struct {
 
 // block returns the response's block index, starting it if it is new.
 func (a *Assembler) block(r *response, index int, typ string) *streamBlock {
-	for i := len(r.blocks) - 1; i >= 0; i-- { // chunks nearly always extend the last block
-		if r.blocks[i].index == index {
-			return r.blocks[i]
-		}
+	if n := len(r.blocks); n > 0 && r.blocks[n-1].index == index {
+		return r.blocks[n-1] // chunks nearly always extend the last block
+	}
+	if b := r.byIndex[index]; b != nil {
+		return b
 	}
 	b := &streamBlock{index: index, typ: typ}
 	if n := len(a.spare); n > 0 {
 		b.text, a.spare = a.spare[n-1], a.spare[:n-1]
 	}
 	r.blocks = append(r.blocks, b)
+	if r.byIndex == nil {
+		r.byIndex = map[int]*streamBlock{}
+	}
+	r.byIndex[index] = b
 	return b
 }
 
