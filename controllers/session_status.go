@@ -56,6 +56,7 @@ func (r *SessionReconciler) applyReplay(s *sessionScope) {
 		ThroughSeq: rep.ThroughSeq,
 		Adapter:    turnlogv1.Adapter{Kind: c.Target.Kind, API: c.Target.API, Provider: c.Target.Provider, Model: c.Target.Model},
 		Native:     c.Native, Foreign: c.Foreign, Degraded: c.Degraded,
+		OrphanToolResults: c.OrphanToolResults,
 		DegradedSeqs: turnlogv1.DegradedSeqs{
 			Kind:      capSeqs(c.DegradedSeqs["kind"]),
 			Version:   capSeqs(c.DegradedSeqs["version"]),

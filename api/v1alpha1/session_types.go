@@ -148,6 +148,12 @@ type ReplaySummary struct {
 	Foreign int64 `json:"foreign"`
 	// Degraded counts the foreign messages whose replay state was unusable.
 	Degraded int64 `json:"degraded"`
+	// OrphanToolResults counts the tool results left out of the transcript
+	// because they answer no open tool call (their call was aborted, errored
+	// or already answered, or a user message came between): a provider
+	// rejects a result whose call is not in the request.
+	// +optional
+	OrphanToolResults int64 `json:"orphanToolResults,omitempty"`
 	// DegradedSeqs lists the degraded messages by cause (capped).
 	// +optional
 	DegradedSeqs DegradedSeqs `json:"degradedSeqs,omitempty"`

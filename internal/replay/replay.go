@@ -2,23 +2,31 @@
 // the next request, or a fork's first request, is built from — for a target
 // adapter.
 //
-// Durable content is authoritative; replay state is fidelity metadata. An
-// assistant message is replayed native (signatures put back on its blocks, as
-// pi-ai does) only when its replay envelope is usable and it came from the
-// target's api, provider and model; otherwise it is replayed foreign, with
-// pi-ai's provider-neutral conversion. State that cannot be used degrades that
-// one message to foreign and is reported through Options.OnDegrade; replay
-// never fails a session for it. State is checked on every assistant message
-// that has some, whichever model wrote it, so a session's diagnostics list
-// every message whose metadata is lost, not only those the current target
-// would have replayed native.
+// The rules are pi-ai 0.73.1's transformMessages, which every pi-ai provider
+// runs before it builds a request, so a transcript is what pi-ai itself would
+// send; docs/log-format.md lists the few deliberate deviations, and a test
+// compares this package with pi-ai's own code.
 //
-// Transcript order and pairing follow pi-ai's transformMessages: assistant
-// messages that stopped with error or aborted are left out, a tool result
-// that answers no pending call is dropped, and a tool call left without a
-// result gets a synthetic error result, placed where pi-ai places it: after
-// the real results that followed the call, just before the next user or
-// assistant message (or at the end of the transcript).
+// Durable content is authoritative; replay state is fidelity metadata. An
+// assistant message is replayed native (as pi-ai replays a message of the
+// same provider, api and model) when it has usable replay state — a replay
+// envelope, or pi-ai signatures inline on its blocks, as pi-ai and
+// pi-coding-agent store messages — and it came from the target's provider,
+// api and model; otherwise it is replayed foreign, with pi-ai's cross-model
+// conversion. An envelope that cannot be used degrades that one message to
+// foreign and is reported through Options.OnDegrade; replay never fails a
+// session for it. Envelopes are checked on every assistant message that has
+// one, whichever model wrote it, so a session's diagnostics list every
+// message whose metadata is lost, not only those the current target would
+// have replayed native.
+//
+// Assistant messages that stopped with error or aborted are left out. A tool
+// call left without a result gets a synthetic error result, placed where
+// pi-ai places it: after the real results that followed the call, just
+// before the next user or assistant message (or at the end of the
+// transcript). A tool result that answers no open call is left out and
+// counted (Counts.OrphanToolResults), where pi-ai keeps it: providers reject
+// a result whose call is not in the request.
 package replay
 
 import (
@@ -27,8 +35,9 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"strings"
+	"slices"
 	"time"
+	"unicode"
 
 	"github.com/turnlog/turnlog/internal/assembler"
 	"github.com/turnlog/turnlog/internal/turnlog"
@@ -78,6 +87,56 @@ type Options struct {
 	Through int64
 	// OnDegrade, if set, receives every INVALID_REPLAY_STATE diagnostic.
 	OnDegrade func(Diagnostic)
+	// Open resumes a replay at a turn boundary: the tool calls a previous
+	// replay of the log up to there left open (Builder.Checkpoint).
+	Open OpenCalls
+}
+
+// OpenCalls are the tool calls of the last assistant message of a
+// transcript that may still get results: a later tool result answers one,
+// and the next user or assistant message, or the end of the transcript,
+// settles the rest with synthetic results.
+type OpenCalls struct {
+	// Calls in the message's order; ids may repeat.
+	Calls []Call `json:"calls,omitempty"`
+	// Answered lists the ids answered so far. pi-ai tracks answers by id,
+	// so one result answers every call with that id.
+	Answered []string `json:"answered,omitempty"`
+	// Seq and Time (Unix milliseconds) are the assistant message's; the
+	// synthetic results carry them.
+	Seq  int64 `json:"seq,omitempty"`
+	Time int64 `json:"time,omitempty"`
+}
+
+// Call is a tool call waiting for its result.
+type Call struct {
+	ID   string `json:"id"`
+	Name string `json:"name"`
+}
+
+// answered reports whether a result with id has been seen.
+func (o *OpenCalls) answered(id string) bool { return slices.Contains(o.Answered, id) }
+
+// Unanswered returns the synthetic results that settle the calls still
+// without a result, in call order: what a transcript that stops here ends
+// with.
+func (o OpenCalls) Unanswered() []Message {
+	var out []Message
+	for _, c := range o.Calls {
+		if o.answered(c.ID) {
+			continue
+		}
+		raw, err := turnlog.ToolResultMessage{
+			ToolCallID: c.ID, ToolName: c.Name,
+			Content: json.RawMessage(`[{"type":"text","text":"No result provided"}]`), IsError: true,
+			Timestamp: o.Time,
+		}.MarshalJSON()
+		if err != nil {
+			panic(fmt.Sprintf("replay: encode the synthetic result of call %q at seq %d: %v", c.ID, o.Seq, err))
+		}
+		out = append(out, Message{Seq: o.Seq, Role: "toolResult", Synthetic: true, Message: raw})
+	}
+	return out
 }
 
 // Message is one message of the transcript, a pi-ai message in JSON. Seq is
@@ -93,11 +152,13 @@ type Message struct {
 }
 
 // Counts summarise how the assistant messages were replayed. Degraded
-// messages are counted in Foreign too.
+// messages are counted in Foreign too. OrphanToolResults counts the tool
+// results left out because they answer no open call.
 type Counts struct {
-	Native   int `json:"native"`
-	Foreign  int `json:"foreign"`
-	Degraded int `json:"degraded"`
+	Native            int `json:"native"`
+	Foreign           int `json:"foreign"`
+	Degraded          int `json:"degraded"`
+	OrphanToolResults int `json:"orphanToolResults"`
 }
 
 // Result is a transcript.
@@ -136,25 +197,18 @@ type Builder struct {
 	assembler *assembler.Assembler
 	turn      turnMessages
 	result    Result
-
-	// Tool calls of the last assistant message still waiting for a result.
-	pendingCalls []pendingCall
-	callsSeq     int64
-	callsTime    int64
+	open      OpenCalls
 }
 
-type pendingCall struct {
-	id, name string
-	answered bool
-}
-
-// NewBuilder starts a replay.
+// NewBuilder starts a replay, at the start of the log or, with opts.Open,
+// at a turn boundary.
 func NewBuilder(opts Options) *Builder {
 	return &Builder{
 		opts:      opts,
 		target:    opts.Target,
 		assembler: assembler.New(turnlog.Adapter{}),
 		result:    Result{ThroughSeq: -1, Messages: []Message{}},
+		open:      opts.Open,
 	}
 }
 
@@ -247,8 +301,20 @@ func (t *turnMessages) replaceAssembled(response int) {
 // after the last Add.
 func (b *Builder) Result() Result {
 	b.flushTurn()
-	b.synthesizeResults()
+	b.settle()
 	return b.result
+}
+
+// Checkpoint ends a replay that a later one resumes, after the last Add of a
+// turn/end: the transcript so far without the synthetic results of the calls
+// still open, and those calls, which a replay with Options.Open continues
+// from. The results of a tool call can arrive in the turn after the call's,
+// so the calls are settled only where a whole replay settles them; until
+// then the transcript's reader appends OpenCalls.Unanswered. Call it once,
+// instead of Result.
+func (b *Builder) Checkpoint() (Result, OpenCalls) {
+	b.flushTurn()
+	return b.result, b.open
 }
 
 func (b *Builder) flushTurn() {
@@ -259,7 +325,7 @@ func (b *Builder) flushTurn() {
 		case "toolResult":
 			b.addToolResult(it)
 		case "user":
-			b.synthesizeResults()
+			b.settle()
 			b.appendMessage(Message{Seq: it.seq, Role: "user"}, turnlog.UserMessage{Content: it.userContent, Timestamp: it.time})
 		}
 	}
@@ -278,7 +344,7 @@ func (b *Builder) appendMessage(m Message, v json.Marshaler) {
 }
 
 func (b *Builder) addAssistant(it turnItem) {
-	b.synthesizeResults()
+	b.settle()
 	if it.assistant.StopReason.Interrupted() {
 		return // an incomplete response is not history the model should see
 	}
@@ -289,48 +355,45 @@ func (b *Builder) addAssistant(it turnItem) {
 		b.result.Counts.Foreign++
 	}
 	b.appendMessage(Message{Seq: it.seq, Role: "assistant", Replay: mode}, msg)
-	b.pendingCalls, b.callsSeq, b.callsTime = nil, it.seq, msg.Timestamp
+	b.open = OpenCalls{Seq: it.seq, Time: msg.Timestamp}
 	for _, c := range msg.Content {
 		if c.Type == turnlog.BlockToolCall {
-			b.pendingCalls = append(b.pendingCalls, pendingCall{id: c.ID, name: c.Name})
+			b.open.Calls = append(b.open.Calls, Call{ID: c.ID, Name: c.Name})
 		}
 	}
 }
 
 func (b *Builder) addToolResult(it turnItem) {
 	p := it.toolResult
-	for i := range b.pendingCalls {
-		c := &b.pendingCalls[i]
-		if c.id == p.ToolCallID && !c.answered {
-			c.answered = true
-			b.appendMessage(Message{Seq: it.seq, Role: "toolResult"}, turnlog.ToolResultMessage{
-				ToolCallID: p.ToolCallID, ToolName: p.ToolName,
-				Content: p.Content, IsError: p.IsError, Timestamp: it.time,
-			})
-			return
-		}
+	o := &b.open
+	if o.answered(p.ToolCallID) || !slices.ContainsFunc(o.Calls, func(c Call) bool { return c.ID == p.ToolCallID }) {
+		// Its call was left out (aborted, errored), settled already (a user
+		// message came between), or answered already: a provider rejects
+		// a result whose call is not in the request.
+		b.result.Counts.OrphanToolResults++
+		return
 	}
-	// A result answering no pending call (its call was dropped, or it is a
-	// duplicate) is rejected by every provider, so it stays out.
+	o.Answered = append(o.Answered, p.ToolCallID)
+	b.appendMessage(Message{Seq: it.seq, Role: "toolResult"}, turnlog.ToolResultMessage{
+		ToolCallID: p.ToolCallID, ToolName: p.ToolName,
+		Content: p.Content, IsError: p.IsError, Timestamp: it.time,
+	})
 }
 
-func (b *Builder) synthesizeResults() {
-	for _, c := range b.pendingCalls {
-		if c.answered {
-			continue
-		}
-		b.appendMessage(Message{Seq: b.callsSeq, Role: "toolResult", Synthetic: true}, turnlog.ToolResultMessage{
-			ToolCallID: c.id, ToolName: c.name,
-			Content: json.RawMessage(`[{"type":"text","text":"No result provided"}]`), IsError: true,
-			Timestamp: b.callsTime,
-		})
-	}
-	b.pendingCalls = nil
+// settle closes the open calls, with a synthetic result for each call not
+// answered.
+func (b *Builder) settle() {
+	b.result.Messages = append(b.result.Messages, b.open.Unanswered()...)
+	b.open = OpenCalls{}
 }
 
 // convert replays one assistant message native or foreign.
 func (b *Builder) convert(seq int64, m turnlog.AssistantMessage) (turnlog.AssistantMessage, Mode) {
 	if m.ReplayState == nil {
+		// Inline signatures are pi-ai's own replay state.
+		if signedInline(m.Content) && m.Adapter().SameModel(b.target) {
+			return native(m, turnlog.ReplayEnvelope{}), Native
+		}
 		return foreign(m), Foreign
 	}
 	kind := b.target.Kind
@@ -387,9 +450,21 @@ func inspect(raw json.RawMessage, content []turnlog.ContentBlock, kind string) (
 	return env, "", ""
 }
 
-// native puts the envelope's signatures back on the blocks and applies
-// pi-ai's same-model rules: redacted and signed thinking is kept as is, empty
-// unsigned thinking is dropped.
+// signedInline reports whether a block carries a pi-ai signature.
+func signedInline(content []turnlog.ContentBlock) bool {
+	for i := range content {
+		c := &content[i]
+		if c.ThinkingSignature != "" || c.TextSignature != "" || c.ThoughtSignature != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// native puts the envelope's signatures back on the blocks (an envelope's
+// signature wins over one inline) and applies pi-ai's same-model rules:
+// redacted and signed thinking is kept as is, empty unsigned thinking is
+// dropped.
 func native(m turnlog.AssistantMessage, env turnlog.ReplayEnvelope) turnlog.AssistantMessage {
 	content := make([]turnlog.ContentBlock, 0, len(m.Content))
 	for i, c := range m.Content {
@@ -402,7 +477,7 @@ func native(m turnlog.AssistantMessage, env turnlog.ReplayEnvelope) turnlog.Assi
 			if sig != "" {
 				c.ThinkingSignature = sig
 			}
-			if !c.Redacted && c.ThinkingSignature == "" && strings.TrimSpace(c.Thinking) == "" {
+			if !c.Redacted && c.ThinkingSignature == "" && blank(c.Thinking) {
 				continue
 			}
 		case turnlog.BlockText:
@@ -428,7 +503,7 @@ func foreign(m turnlog.AssistantMessage) turnlog.AssistantMessage {
 	for _, c := range m.Content {
 		switch c.Type {
 		case turnlog.BlockThinking:
-			if c.Redacted || strings.TrimSpace(c.Thinking) == "" {
+			if c.Redacted || blank(c.Thinking) {
 				continue
 			}
 			c = turnlog.ContentBlock{Type: turnlog.BlockText, Text: c.Thinking}
@@ -442,6 +517,22 @@ func foreign(m turnlog.AssistantMessage) turnlog.AssistantMessage {
 	m.Content = content
 	m.ReplayState = nil
 	return m
+}
+
+// blank reports whether s is empty after JavaScript's String.prototype.trim,
+// the test pi-ai applies to thinking: it strips U+FEFF, which Go's
+// strings.TrimSpace keeps, and keeps U+0085, which Go strips.
+func blank(s string) bool {
+	for _, r := range s {
+		switch r {
+		case '\t', '\n', '\v', '\f', '\r', '\u2028', '\u2029', '\ufeff':
+		default:
+			if !unicode.Is(unicode.Zs, r) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func unixMilli(rfc3339 string) int64 {

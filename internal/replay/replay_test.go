@@ -3,6 +3,7 @@ package replay_test
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"reflect"
 	"strings"
 	"testing"
@@ -297,6 +298,9 @@ func TestMissingToolResults(t *testing.T) {
 	if got := summary(res); got != want {
 		t.Fatalf("transcript %s\nwant       %s", got, want)
 	}
+	if res.Counts.OrphanToolResults != 2 {
+		t.Errorf("%d orphan tool results, want the duplicate and the one answering nothing", res.Counts.OrphanToolResults)
+	}
 	if got := string(res.Messages[3].Message); got != `{"role":"toolResult","toolCallId":"a","toolName":"grep","content":[{"type":"text","text":"No result provided"}],"isError":true,"timestamp":7}` {
 		t.Errorf("synthetic result %s", got)
 	}
@@ -332,4 +336,191 @@ func TestReplayIsDeterministic(t *testing.T) {
 	if !reflect.DeepEqual(first, second) {
 		t.Error("same log, different transcripts")
 	}
+}
+
+// pi-ai and pi-coding-agent store a message with its signatures inline and
+// no replayState; that is native state for the same provider, api and model.
+func TestInlineSignaturesAreNativeState(t *testing.T) {
+	inline := `[{"type":"thinking","thinking":"Plan.","thinkingSignature":"inl0"},` +
+		`{"type":"thinking","thinking":"","thinkingSignature":"opaque","redacted":true},` +
+		`{"type":"text","text":"Hi.","textSignature":"inl2"},` +
+		`{"type":"toolCall","id":"c1","name":"grep","arguments":{},"thoughtSignature":"inl3"}]`
+	foreignContent := `[{"type":"text","text":"Plan."},{"type":"text","text":"Hi."},{"type":"toolCall","id":"c1","name":"grep","arguments":{}}]`
+	envelope := `{"kind":"pi-ai","version":2,"blocks":[{"type":"thinking","signature":"env0"},null,null,{"type":"toolCall","signature":"env3"}]}`
+	tests := []struct {
+		name    string
+		state   string // replayState, if any
+		target  turnlog.Adapter
+		mode    replay.Mode
+		diag    bool
+		content string
+	}{
+		{"same model", "", turnlog.Adapter{}, replay.Native, false, inline},
+		{"another model", "", turnlog.Adapter{Model: "claude-haiku"}, replay.Foreign, false, foreignContent},
+		{"another provider", "", turnlog.Adapter{Provider: "bedrock"}, replay.Foreign, false, foreignContent},
+		{"another api", "", turnlog.Adapter{API: "anthropic-vertex"}, replay.Foreign, false, foreignContent},
+		{"a usable envelope wins", envelope, turnlog.Adapter{}, replay.Native, false,
+			strings.NewReplacer("inl0", "env0", "inl3", "env3").Replace(inline)},
+		{"an unusable envelope degrades", `{"kind":"pi-ai","version":3}`, turnlog.Adapter{}, replay.Foreign, true, foreignContent},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			state := ""
+			if tt.state != "" {
+				state = `,"replayState":` + tt.state
+			}
+			log := seqLog(sessionStart, turnStart(1), user(1, "q"),
+				hostMessage(1, 0, `{"role":"assistant","content":`+inline+`,`+sameModel+`,"stopReason":"toolUse"`+state+`}`),
+				toolResult(1, "c1"), turnEnd(1, "toolUse"))
+			res, diags := run(t, log, replay.Options{Target: tt.target})
+			if got := summary(res); got != "2:user 3:assistant/"+string(tt.mode)+" 4:toolResult" {
+				t.Fatalf("transcript %s, want the message %s", got, tt.mode)
+			}
+			if (len(diags) == 1) != tt.diag || len(diags) > 1 {
+				t.Errorf("diagnostics %+v, want one: %v", diags, tt.diag)
+			}
+			if got := content(t, res.Messages[1]); got != tt.content {
+				t.Errorf("content =\n  %s\nwant\n  %s", got, tt.content)
+			}
+		})
+	}
+}
+
+// pi-ai drops thinking that is empty after JavaScript's trim(), whose
+// whitespace is not Go's: U+FEFF is space there, U+0085 is not.
+func TestBlankThinkingIsJavaScriptWhitespace(t *testing.T) {
+	for _, tt := range []struct {
+		thinking string
+		kept     bool
+	}{
+		{"", false},
+		{" \t\n\r\v\f", false},
+		{"\ufeff", false},
+		{"\u00a0\u1680\u2000\u200a\u2028\u2029\u202f\u205f\u3000", false},
+		{"\u0085", true},
+		{"\u180e", true},
+		{"\u200b", true},
+		{" x ", true},
+	} {
+		for _, target := range []turnlog.Adapter{{}, {Model: "other"}} {
+			log := seqLog(sessionStart, turnStart(1), user(1, "q"),
+				hostMessage(1, 0, fmt.Sprintf(`{"content":[{"type":"thinking","thinking":%s},{"type":"text","text":"a","textSignature":"s"}],%s,"stopReason":"stop"}`, jsonString(tt.thinking), sameModel)),
+				turnEnd(1, "stop"))
+			res, _ := run(t, log, replay.Options{Target: target})
+			got := content(t, res.Messages[1])
+			if kept := strings.Count(got, `"type"`) == 2; kept != tt.kept {
+				t.Errorf("thinking %+q for %+v: content %s, want it kept: %v", tt.thinking, target, got, tt.kept)
+			}
+		}
+	}
+}
+
+// pi-ai tracks answered calls by id: one result answers every call that
+// shares its id; calls sharing an id that nobody answered each get a result.
+func TestToolCallsSharingAnID(t *testing.T) {
+	twoA := hostMessage(1, 0, `{"content":[{"type":"toolCall","id":"a","name":"grep","arguments":{}},{"type":"toolCall","id":"a","name":"grep","arguments":{}}],"stopReason":"toolUse"}`)
+	for _, tt := range []struct {
+		name    string
+		results []string
+		want    string
+		orphans int
+	}{
+		{"one result", []string{toolResult(1, "a")}, "2:user 3:assistant/foreign 4:toolResult", 0},
+		{"two results", []string{toolResult(1, "a"), toolResult(1, "a")}, "2:user 3:assistant/foreign 4:toolResult", 1},
+		{"no result", nil, "2:user 3:assistant/foreign 3:toolResult/synthetic 3:toolResult/synthetic", 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			events := append([]string{sessionStart, turnStart(1), user(1, "q"), twoA}, tt.results...)
+			res, _ := run(t, seqLog(append(events, turnEnd(1, "toolUse"))...), replay.Options{})
+			if got := summary(res); got != tt.want || res.Counts.OrphanToolResults != tt.orphans {
+				t.Errorf("transcript %s with %d orphans, want %s with %d", got, res.Counts.OrphanToolResults, tt.want, tt.orphans)
+			}
+		})
+	}
+}
+
+// A tool result that answers no open call stays out (a provider rejects it)
+// and is counted, so nothing disappears silently.
+func TestOrphanToolResultsAreCounted(t *testing.T) {
+	call := func(stop string) string {
+		return hostMessage(1, 0, fmt.Sprintf(`{"content":[{"type":"toolCall","id":"a","name":"grep","arguments":{}}],"stopReason":%q}`, stop))
+	}
+	for _, tt := range []struct {
+		name   string
+		events []string
+		want   string
+	}{
+		{"after an aborted message", []string{call("aborted"), toolResult(1, "a")}, "2:user"},
+		{"after an errored message", []string{call("error"), toolResult(1, "a")}, "2:user"},
+		{"a duplicate", []string{call("toolUse"), toolResult(1, "a"), toolResult(1, "a")}, "2:user 3:assistant/foreign 4:toolResult"},
+		{"after the next user message", []string{call("toolUse"), user(1, "stop"), toolResult(1, "a")}, "2:user 3:assistant/foreign 3:toolResult/synthetic 4:user"},
+		{"for no call", []string{toolResult(1, "a")}, "2:user"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			events := append([]string{sessionStart, turnStart(1), user(1, "q")}, tt.events...)
+			res, _ := run(t, seqLog(append(events, turnEnd(1, "toolUse"))...), replay.Options{})
+			if got := summary(res); got != tt.want || res.Counts.OrphanToolResults != 1 {
+				t.Errorf("transcript %s with %d orphans, want %s with 1", got, res.Counts.OrphanToolResults, tt.want)
+			}
+		})
+	}
+}
+
+// A replay resumed from a checkpoint at a turn boundary continues where the
+// first stopped: the call left open there is answered by the next turn, as
+// in a replay of the whole log.
+func TestCheckpointKeepsToolCallsOpen(t *testing.T) {
+	log := seqLog(sessionStart, turnStart(1), user(1, "q"),
+		hostMessage(1, 0, `{"content":[{"type":"toolCall","id":"a","name":"grep","arguments":{}}],"stopReason":"toolUse","timestamp":5}`),
+		turnEnd(1, "toolUse"), // 4
+		turnStart(2), toolResult(2, "a"), hostMessage(2, 0, `{"content":[{"type":"text","text":"done"}],"stopReason":"stop"}`),
+		turnEnd(2, "stop"))
+	events := readAll(t, log)
+
+	first := replay.NewBuilder(replay.Options{Through: replay.Head})
+	for i := range events[:5] {
+		first.Add(&events[i])
+	}
+	res1, open := first.Checkpoint()
+	if got := summary(res1); got != "2:user 3:assistant/foreign" {
+		t.Fatalf("first part %s, want no synthetic result yet", got)
+	}
+	if tail := open.Unanswered(); len(tail) != 1 || !tail[0].Synthetic || tail[0].Seq != 3 {
+		t.Fatalf("open calls settle as %+v, want one synthetic result for the call at seq 3", tail)
+	}
+	through4, _ := run(t, log, replay.Options{Through: 4})
+	if got, want := summary(replay.Result{Messages: append(res1.Messages, open.Unanswered()...)}), summary(through4); got != want {
+		t.Errorf("first part with its open calls settled: %s, want %s", got, want)
+	}
+
+	second := replay.NewBuilder(replay.Options{Through: replay.Head, Open: open})
+	for i := range events[5:] {
+		second.Add(&events[5+i])
+	}
+	res2 := second.Result()
+	whole, _ := run(t, log, replay.Options{})
+	if got, want := summary(replay.Result{Messages: append(res1.Messages, res2.Messages...)}), summary(whole); got != want || want != "2:user 3:assistant/foreign 6:toolResult 7:assistant/foreign" {
+		t.Errorf("resumed transcript %s, whole %s", got, want)
+	}
+}
+
+func readAll(t *testing.T, log string) []turnlog.Event {
+	t.Helper()
+	r := turnlog.NewReader(strings.NewReader(log))
+	var events []turnlog.Event
+	for {
+		e, err := r.Next()
+		if err == io.EOF {
+			return events
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		events = append(events, e)
+	}
+}
+
+func jsonString(s string) string {
+	data, _ := json.Marshal(s)
+	return string(data)
 }

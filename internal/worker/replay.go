@@ -25,6 +25,10 @@ type replayState struct {
 	Summary Summary `json:"summary"`
 	// Next is the first seq after the last replayed turn/end.
 	Next int64 `json:"next"`
+	// Open are the tool calls of the transcript's last assistant message
+	// that the next turn may still answer. The transcript is the segments'
+	// messages followed by Open.Unanswered().
+	Open replay.OpenCalls `json:"open,omitzero"`
 }
 
 // Replay extends the transcript for target through the last turn that has
@@ -33,10 +37,12 @@ type replayState struct {
 // before that), so a run stops at the last turn/end and the turn still
 // streaming waits for the next run.
 //
-// Runs start at a turn boundary with the tool calls of earlier turns
-// settled: a call left without a result by the end of its turn gets its
-// synthetic error result there, which is where pi-ai puts it too (before
-// the next user message).
+// A run stops with the tool calls of the last assistant message still open
+// and keeps them in the checkpoint: their results may come in the next turn
+// (a toolUse turn is answered by the next one). The next run settles them
+// where a replay of the whole log does, so the segments of any sequence of
+// runs, followed by the synthetic results of the calls still open, are the
+// whole log's transcript byte for byte.
 func Replay(ctx context.Context, log Log, target turnlog.Adapter) (Summary, error) {
 	dir := replayDir(target)
 	state := replayState{
@@ -78,7 +84,7 @@ func Replay(ctx context.Context, log Log, target turnlog.Adapter) (Summary, erro
 			continue
 		}
 		if b == nil {
-			b = replay.NewBuilder(replay.Options{Target: counts.Target, Through: replay.Head,
+			b = replay.NewBuilder(replay.Options{Target: counts.Target, Through: replay.Head, Open: state.Open,
 				OnDegrade: func(d replay.Diagnostic) { degraded = append(degraded, d) }})
 		}
 		for i := range turn {
@@ -91,10 +97,12 @@ func Replay(ctx context.Context, log Log, target turnlog.Adapter) (Summary, erro
 	if b == nil {
 		return sum, nil // no turn ended since the last run
 	}
-	res := b.Result()
+	res, open := b.Checkpoint()
+	state.Open = open
 	counts.Native += int64(res.Counts.Native)
 	counts.Foreign += int64(res.Counts.Foreign)
 	counts.Degraded += int64(res.Counts.Degraded)
+	counts.OrphanToolResults += int64(res.Counts.OrphanToolResults)
 	for _, d := range degraded {
 		cause := string(d.Cause)
 		if len(counts.DegradedSeqs[cause]) < MaxSeqsPerCause {

@@ -64,6 +64,9 @@ type ReplayCounts struct {
 	Native   int64           `json:"native"`
 	Foreign  int64           `json:"foreign"`
 	Degraded int64           `json:"degraded"`
+	// OrphanToolResults counts the tool results left out of the transcript
+	// because they answer no open call.
+	OrphanToolResults int64 `json:"orphanToolResults,omitempty"`
 	// DegradedSeqs lists degraded messages by cause, the first
 	// MaxSeqsPerCause of each.
 	DegradedSeqs map[string][]int64 `json:"degradedSeqs,omitempty"`

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -178,9 +179,21 @@ func TestReplayInRunsMatchesAWholeReplay(t *testing.T) {
 		t.Fatalf("target: got %+v, want the session/start adapter %+v", last.Replay.Target, turnlogtest.Adapter)
 	}
 
+	messages := storedTranscript(t, log, turnlog.Adapter{})
+	if !equalJSON(messages, whole.Messages) {
+		t.Fatalf("the transcript from %d runs differs from a whole replay (%d vs %d messages)", len(runs), len(messages), len(whole.Messages))
+	}
+}
+
+// storedTranscript reads the transcript the replay runs for target left:
+// the segments' messages in name order, then the synthetic results of the
+// calls still open.
+func storedTranscript(t *testing.T, log *memLog, target turnlog.Adapter) []replay.Message {
+	t.Helper()
+	dir := replayDir(target) + "/"
 	var messages []replay.Message
 	for _, name := range keys(log.derived) {
-		if strings.HasSuffix(name, "checkpoint.json") {
+		if !strings.HasPrefix(name, dir) || name == dir+"checkpoint.json" {
 			continue
 		}
 		var seg replay.Result
@@ -189,8 +202,55 @@ func TestReplayInRunsMatchesAWholeReplay(t *testing.T) {
 		}
 		messages = append(messages, seg.Messages...)
 	}
-	if !equalJSON(messages, whole.Messages) {
-		t.Fatalf("the transcript from %d runs differs from a whole replay (%d vs %d messages)", len(runs), len(messages), len(whole.Messages))
+	var state replayState
+	if err := json.Unmarshal(log.derived[dir+"checkpoint.json"], &state); err != nil {
+		t.Fatal(err)
+	}
+	return append(messages, state.Open.Unanswered()...)
+}
+
+// A turn that ends with toolUse is answered by the next turn, which the next
+// run replays: the stored transcript pairs the real result, as a replay of
+// the whole log does, and gives the call a synthetic result only while the
+// answer has not arrived.
+func TestReplayKeepsToolCallsOpenAcrossRuns(t *testing.T) {
+	ctx := context.Background()
+	data := []byte(`{"seq":0,"type":"turn/start","turn":1}
+{"seq":1,"type":"user/message","turn":1,"content":"list the files"}
+{"seq":2,"type":"assistant/message","turn":1,"response":0,"message":{"content":[{"type":"toolCall","id":"c1","name":"ls","arguments":{}}],"stopReason":"toolUse"}}
+{"seq":3,"type":"turn/end","turn":1,"reason":"toolUse"}
+{"seq":4,"type":"turn/start","turn":2}
+{"seq":5,"type":"tool/result","turn":2,"toolCallId":"c1","toolName":"ls","content":[{"type":"text","text":"a b"}],"isError":false}
+{"seq":6,"type":"assistant/message","turn":2,"response":0,"message":{"content":[{"type":"text","text":"a and b"}],"stopReason":"stop"}}
+{"seq":7,"type":"turn/end","turn":2,"reason":"stop"}
+`)
+	log := newMemLog(t, lines(data, 0, 4))
+	for _, step := range []struct {
+		to   int
+		want string
+	}{
+		{4, "1:user 2:assistant 2:toolResult/synthetic"},
+		{8, "1:user 2:assistant 5:toolResult 6:assistant"},
+	} {
+		log.append(t, lines(data, len(log.events), step.to))
+		if _, err := Replay(ctx, log, turnlog.Adapter{}); err != nil {
+			t.Fatal(err)
+		}
+		got := storedTranscript(t, log, turnlog.Adapter{})
+		var parts []string
+		for _, m := range got {
+			parts = append(parts, fmt.Sprintf("%d:%s", m.Seq, m.Role)+map[bool]string{true: "/synthetic"}[m.Synthetic])
+		}
+		if strings.Join(parts, " ") != step.want {
+			t.Errorf("through seq %d: stored transcript %s, want %s", step.to-1, strings.Join(parts, " "), step.want)
+		}
+		whole, err := replay.Transcript(turnlog.NewReader(bytes.NewReader(lines(data, 0, step.to))), replay.Options{Through: replay.Head})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !equalJSON(got, whole.Messages) {
+			t.Errorf("through seq %d: stored transcript differs from a whole replay", step.to-1)
+		}
 	}
 }
 
