@@ -170,7 +170,7 @@ func TestReplayLegacyStateDegrades(t *testing.T) {
 	if path(t, d, "code") != "INVALID_REPLAY_STATE" || path(t, d, "seq") != 3.0 || path(t, d, "cause") != "version" || path(t, d, "message") == "" {
 		t.Errorf("diagnostic %s", compact(t, d))
 	}
-	if got := compact(t, path(t, v, "counts")); got != `{"degraded":1,"foreign":1,"native":1}` {
+	if got := compact(t, path(t, v, "counts")); got != `{"degraded":1,"foreign":1,"native":1,"orphanToolResults":0}` {
 		t.Errorf("counts %s", got)
 	}
 }

@@ -110,7 +110,7 @@ func TestToolCallWithoutResult(t *testing.T) {
 		t.Errorf("throughSeq %v, want 22", path(t, v, "throughSeq"))
 	}
 	assertTranscript(t, v, whole)
-	assertJSON(t, "counts", path(t, v, "counts"), `{"native":3,"foreign":0,"degraded":0}`)
+	assertJSON(t, "counts", path(t, v, "counts"), `{"native":3,"foreign":0,"degraded":0,"orphanToolResults":0}`)
 	assertJSON(t, "diagnostics", path(t, v, "diagnostics"), `[]`)
 
 	// Through the last tool result, from stdin: the open turn ends the
@@ -181,7 +181,7 @@ func TestModelSwitch(t *testing.T) {
 		user10,
 		{15, "assistant", "foreign", false, gptForeign},
 	})
-	assertJSON(t, "counts", path(t, v, "counts"), `{"native":1,"foreign":1,"degraded":0}`)
+	assertJSON(t, "counts", path(t, v, "counts"), `{"native":1,"foreign":1,"degraded":0,"orphanToolResults":0}`)
 	assertJSON(t, "diagnostics", path(t, v, "diagnostics"), `[]`)
 
 	v = decode(t, "replay", runOK(t, "", "replay", "--api", "openai-responses", "--provider", "openai", "--model", "gpt-5", logs+name))
@@ -201,7 +201,7 @@ func TestModelSwitch(t *testing.T) {
 	assertTranscript(t, v, []transcriptEntry{user2, {7, "assistant", "foreign", false, claudeForeign}, user10, {15, "assistant", "foreign", false, gptForeign}})
 	kindDiag := `"code":"INVALID_REPLAY_STATE","cause":"kind","message":"replay state of kind \"pi-ai\" cannot be used by a \"vercel-ai\" adapter; replayed provider-neutral"`
 	assertJSON(t, "diagnostics", path(t, v, "diagnostics"), `[{"seq":7,`+kindDiag+`},{"seq":15,`+kindDiag+`}]`)
-	assertJSON(t, "counts", path(t, v, "counts"), `{"native":0,"foreign":2,"degraded":2}`)
+	assertJSON(t, "counts", path(t, v, "counts"), `{"native":0,"foreign":2,"degraded":2,"orphanToolResults":0}`)
 }
 
 // A max-tokens response that streamed text and two tool calls, the second
