@@ -69,12 +69,18 @@ vet:
 	$(GO) vet ./...
 
 .PHONY: test-unit
-test-unit: ## Unit tests, envtest suites and the local-cluster tests (everything but test/e2e).
-	KUBEBUILDER_ASSETS=$(CONTROL_PLANE_DIR) $(GO) test $$($(GO) list ./... | grep -v /test/e2e) -count=1 -timeout 20m
+test-unit: ## Unit tests, envtest suites and the local-cluster tests (everything but test/e2e and test/scale).
+	KUBEBUILDER_ASSETS=$(CONTROL_PLANE_DIR) $(GO) test $$($(GO) list ./... | grep -v -e /test/e2e -e /test/scale) -count=1 -timeout 20m
 
 .PHONY: test-e2e
 test-e2e: control-plane ## End-to-end suite: local cluster, manager, worker pods, kubectl (docs/e2e.md; E2E_KUBECONFIG for another cluster).
 	KUBEBUILDER_ASSETS=$(CONTROL_PLANE_DIR) $(GO) test ./test/e2e/... -count=1 -timeout 15m -v
+
+SCALE_N ?= 1000,5000,10000
+SCALE_FLAGS ?= -scale.manager-args='--poll-interval=1s' -scale.settle=70s -scale.window=2m -scale.unnudged-timeout=3m
+.PHONY: bench-scale
+bench-scale: control-plane ## Measure the manager at SCALE_N Sessions: memory, requests, restart, append latency (docs/benchmarks.md).
+	KUBEBUILDER_ASSETS=$(CONTROL_PLANE_DIR) $(GO) test ./test/scale/ -run TestScale -count=1 -timeout 8h -v -args -scale.n=$(SCALE_N) -scale.out=$(CURDIR)/bin/scale.jsonl $(SCALE_FLAGS)
 
 .PHONY: docker-build
 docker-build: ## Build the image (needs a Docker engine).

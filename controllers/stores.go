@@ -26,7 +26,8 @@ type BucketCache struct {
 	// Options are passed to store.Open.
 	Options *store.Options
 
-	mu      sync.Mutex
+	mu sync.Mutex
+	// buckets are counted in turnlog_store_requests_total.
 	buckets map[string]store.Bucket
 }
 
@@ -58,10 +59,11 @@ func (c *BucketCache) Bucket(ctx context.Context, url string) (store.Bucket, err
 	if b, ok := c.buckets[url]; ok {
 		return b, nil
 	}
-	b, err := store.Open(ctx, url, c.Options)
+	opened, err := store.Open(ctx, url, c.Options)
 	if err != nil {
 		return nil, err
 	}
+	b := metered(opened)
 	if c.buckets == nil {
 		c.buckets = map[string]store.Bucket{}
 	}

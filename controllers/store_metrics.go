@@ -1,0 +1,93 @@
+package controllers
+
+import (
+	"context"
+	"io"
+	"iter"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/turnlog/turnlog/internal/store"
+)
+
+// storeRequests counts the manager's requests to object storage by
+// operation, on the manager's metrics endpoint: on S3 and its kin every
+// request is billed, list requests most of all, so an operator should be
+// able to see what idle Sessions cost.
+var storeRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "turnlog_store_requests_total",
+	Help: "Requests the manager made to object storage, by operation (a list counts one request per 1,000 keys, as S3 pages them).",
+}, []string{"operation"})
+
+func init() { metrics.Registry.MustRegister(storeRequests) }
+
+// listPageSize is the number of keys one S3 list request returns.
+const listPageSize = 1000
+
+// meteredBucket counts each request in storeRequests.
+type meteredBucket struct {
+	store.Bucket
+	get, rangeRead, attributes, create, put, copy, list, delete prometheus.Counter
+}
+
+func metered(b store.Bucket) *meteredBucket {
+	op := func(name string) prometheus.Counter { return storeRequests.WithLabelValues(name) }
+	return &meteredBucket{Bucket: b,
+		get: op("get"), rangeRead: op("range_read"), attributes: op("attributes"), create: op("create"),
+		put: op("put"), copy: op("copy"), list: op("list"), delete: op("delete"),
+	}
+}
+
+func (m *meteredBucket) Get(ctx context.Context, key string) ([]byte, error) {
+	m.get.Inc()
+	return m.Bucket.Get(ctx, key)
+}
+
+func (m *meteredBucket) NewRangeReader(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
+	m.rangeRead.Inc()
+	return m.Bucket.NewRangeReader(ctx, key, offset, length)
+}
+
+func (m *meteredBucket) Attributes(ctx context.Context, key string) (store.Attributes, error) {
+	m.attributes.Inc()
+	return m.Bucket.Attributes(ctx, key)
+}
+
+func (m *meteredBucket) PutIfAbsent(ctx context.Context, key string, data []byte, md map[string]string) error {
+	m.create.Inc()
+	return m.Bucket.PutIfAbsent(ctx, key, data, md)
+}
+
+func (m *meteredBucket) Put(ctx context.Context, key string, data []byte, md map[string]string) error {
+	m.put.Inc()
+	return m.Bucket.Put(ctx, key, data, md)
+}
+
+func (m *meteredBucket) Copy(ctx context.Context, dst, src string) error {
+	m.copy.Inc()
+	return m.Bucket.Copy(ctx, dst, src)
+}
+
+func (m *meteredBucket) List(ctx context.Context, prefix string) iter.Seq2[store.Object, error] {
+	return func(yield func(store.Object, error) bool) {
+		m.list.Inc()
+		n := 0
+		for o, err := range m.Bucket.List(ctx, prefix) {
+			if err == nil {
+				if n > 0 && n%listPageSize == 0 {
+					m.list.Inc()
+				}
+				n++
+			}
+			if !yield(o, err) {
+				return
+			}
+		}
+	}
+}
+
+func (m *meteredBucket) Delete(ctx context.Context, key string) error {
+	m.delete.Inc()
+	return m.Bucket.Delete(ctx, key)
+}
