@@ -77,7 +77,7 @@ test-e2e: control-plane ## End-to-end suite: local cluster, manager, worker pods
 	KUBEBUILDER_ASSETS=$(CONTROL_PLANE_DIR) $(GO) test ./test/e2e/... -count=1 -timeout 15m -v
 
 SCALE_N ?= 1000,5000,10000
-SCALE_FLAGS ?= -scale.manager-args='--poll-interval=1s' -scale.settle=70s -scale.window=2m -scale.unnudged-timeout=3m
+SCALE_FLAGS ?= -scale.manager-args='--poll-interval=1s --max-poll-interval=1m' -scale.settle=70s -scale.window=2m -scale.unnudged-timeout=3m
 .PHONY: bench-scale
 bench-scale: control-plane ## Measure the manager at SCALE_N Sessions: memory, requests, restart, append latency (docs/benchmarks.md).
 	KUBEBUILDER_ASSETS=$(CONTROL_PLANE_DIR) $(GO) test ./test/scale/ -run TestScale -count=1 -timeout 8h -v -args -scale.n=$(SCALE_N) -scale.out=$(CURDIR)/bin/scale.jsonl $(SCALE_FLAGS)

@@ -33,7 +33,9 @@ type SessionReconciler struct {
 	Workers  Workers
 	// PollInterval is how often a Session is looked at without a nudge: the
 	// safety net for appends made without setting turnlog.dev/requested-at.
-	PollInterval time.Duration
+	// A Session current with its log backs off from it to MaxPollInterval
+	// while the log stays quiet (session_poll.go).
+	PollInterval, MaxPollInterval time.Duration
 	// PodWorkers is set when Workers run as Jobs, so the controller watches
 	// them.
 	PodWorkers bool
@@ -88,6 +90,9 @@ func (r *SessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ 
 			return ctrl.Result{}, ignoreConflict(err)
 		}
 	}
+	if result, idle := r.reconcileIdle(ctx, session); idle {
+		return result, nil
+	}
 
 	s := &sessionScope{session: session, before: *session.Status.DeepCopy()}
 	defer func() {
@@ -99,10 +104,10 @@ func (r *SessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ 
 		r.reconcileWork,
 	} {
 		if err := step(ctx, s); err != nil || s.ready != nil {
-			return s.requeue(r.PollInterval), err
+			return s.requeue(r.nextPoll(s, err)), err
 		}
 	}
-	return s.requeue(r.PollInterval), nil
+	return s.requeue(r.nextPoll(s, nil)), nil
 }
 
 // requeue keeps the shortest wait a step asked for, bounded by the poll
@@ -141,6 +146,7 @@ func (r *SessionReconciler) reconcileLog(ctx context.Context, s *sessionScope) e
 		return err
 	}
 	applyHead(&session.Status, s.head)
+	noteAppend(&session.Status, &s.before, time.Now())
 
 	if from := session.Spec.ForkedFrom; from != nil && s.head.Head() < from.CutSeq {
 		// The SessionFork controller is still copying the source's prefix

@@ -30,16 +30,22 @@ type Config struct {
 	// filled in from the manager.
 	Jobs JobWorkers
 	// PollInterval bounds how long an append made without a nudge goes
-	// unnoticed.
-	PollInterval time.Duration
+	// unnoticed in a Session that is busy; MaxPollInterval (if longer) in
+	// one whose log has been quiet that long.
+	PollInterval, MaxPollInterval time.Duration
 }
 
 // CacheOptions restricts the manager's cache of Jobs to turnlog's workers,
-// so the manager does not hold every Job of the cluster in memory.
+// so the manager does not hold every Job of the cluster in memory, and
+// drops managed fields from what it caches: the controllers never read
+// them, and they are a good part of a small object's size.
 func CacheOptions() cache.Options {
-	return cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&batchv1.Job{}: {Label: labels.SelectorFromSet(labels.Set{"app.kubernetes.io/name": "turnlog", "app.kubernetes.io/component": "worker"})},
-	}}
+	return cache.Options{
+		ByObject: map[client.Object]cache.ByObject{
+			&batchv1.Job{}: {Label: labels.SelectorFromSet(labels.Set{"app.kubernetes.io/name": "turnlog", "app.kubernetes.io/component": "worker"})},
+		},
+		DefaultTransform: cache.TransformStripManagedFields(),
+	}
 }
 
 // Setup registers the Session and SessionFork controllers with mgr.
@@ -47,9 +53,13 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 	if cfg.PollInterval <= 0 {
 		return fmt.Errorf("poll interval must be positive, got %s", cfg.PollInterval)
 	}
+	if cfg.MaxPollInterval != 0 && cfg.MaxPollInterval < cfg.PollInterval {
+		return fmt.Errorf("max poll interval %s is shorter than the poll interval %s", cfg.MaxPollInterval, cfg.PollInterval)
+	}
 	recorder := mgr.GetEventRecorder("turnlog")
 	sessions := &SessionReconciler{
-		Client: mgr.GetClient(), Recorder: recorder, Stores: cfg.Stores, PollInterval: cfg.PollInterval,
+		Client: mgr.GetClient(), Recorder: recorder, Stores: cfg.Stores,
+		PollInterval: cfg.PollInterval, MaxPollInterval: cfg.MaxPollInterval,
 	}
 	switch cfg.WorkerMode {
 	case WorkerModeLocal:

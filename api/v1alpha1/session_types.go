@@ -202,6 +202,11 @@ type SessionStatus struct {
 	// LastTurnEnd is the most recent turn/end event.
 	// +optional
 	LastTurnEnd *TurnEnd `json:"lastTurnEnd,omitempty"`
+	// LastAppendTime is when the controller first saw the log's current
+	// head. The longer a log has been quiet, the less often the controller
+	// looks at it without a nudge (see --max-poll-interval).
+	// +optional
+	LastAppendTime *metav1.Time `json:"lastAppendTime,omitempty"`
 	// AssembledThroughSeq is the last seq whose responses are assembled.
 	// +optional
 	AssembledThroughSeq *int64 `json:"assembledThroughSeq,omitempty"`

@@ -339,6 +339,10 @@ func (in *SessionStatus) DeepCopyInto(out *SessionStatus) {
 		*out = new(TurnEnd)
 		**out = **in
 	}
+	if in.LastAppendTime != nil {
+		in, out := &in.LastAppendTime, &out.LastAppendTime
+		*out = (*in).DeepCopy()
+	}
 	if in.AssembledThroughSeq != nil {
 		in, out := &in.AssembledThroughSeq, &out.AssembledThroughSeq
 		*out = new(int64)

@@ -35,7 +35,8 @@ func runManager(ctx context.Context, args []string, _ io.Reader, _, stderr io.Wr
 	probeAddr := fs.String("health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints")
 	leaderElect := fs.Bool("leader-elect", false, "elect a leader, so that only one manager reconciles at a time")
 	storeURL := fs.String("store-url", "", "default object store for Sessions without spec.storage.url (s3://, gs://, azblob://, file://, mem://)")
-	pollInterval := fs.Duration("poll-interval", time.Minute, "how often each Session's log is looked at without a nudge")
+	pollInterval := fs.Duration("poll-interval", time.Minute, "how often a busy Session's log is looked at without a nudge")
+	maxPollInterval := fs.Duration("max-poll-interval", time.Hour, "how seldom a Session whose log has been quiet at least this long is looked at without a nudge")
 	workerMode := fs.String("worker-mode", controllers.WorkerModePod, "where assembly and replay run: pod (a Job per run) or local (inside the manager)")
 	workerImage := fs.String("worker-image", "", "image of worker pods; its entrypoint is the turnlog binary")
 	workerSA := fs.String("worker-service-account", "", "service account of worker pods (its token is never mounted); empty: the namespace's default")
@@ -87,9 +88,10 @@ func runManager(ctx context.Context, args []string, _ io.Reader, _, stderr io.Wr
 	stores := &controllers.BucketCache{DefaultURL: *storeURL}
 	defer stores.Close()
 	cfg := controllers.Config{
-		Stores:       stores,
-		WorkerMode:   *workerMode,
-		PollInterval: *pollInterval,
+		Stores:          stores,
+		WorkerMode:      *workerMode,
+		PollInterval:    *pollInterval,
+		MaxPollInterval: *maxPollInterval,
 		Jobs: controllers.JobWorkers{
 			Image:                   *workerImage,
 			ServiceAccount:          *workerSA,

@@ -1,0 +1,116 @@
+package controllers
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+)
+
+// How a Session nobody nudges is looked at. Appends that come with a nudge
+// (the turnlog.dev/requested-at annotation) wake the controller at once;
+// the others are found by polling, and most Sessions are idle most of the
+// time, so polling is what a large installation pays for:
+//
+//   - A Session that is current with its log (Ready, nothing to do, status
+//     for its generation) is looked at with one request: does the segment
+//     its next append would create exist? Every append creates exactly that
+//     key (sessionlog.Log.Grown), so the probe can neither lie nor lag, and
+//     it costs the same for a log of one segment or a million.
+//   - Only if it exists (or the Session is not settled) does the reconcile
+//     read the log's head and the checkpoints.
+//   - The probe comes again after as long as the log has been quiet — the
+//     time since status.lastAppendTime or the last nudge, whichever is
+//     later — but at least PollInterval and at most MaxPollInterval. An
+//     append made without a nudge is therefore noticed within
+//     clamp(how long the log had been quiet, PollInterval, MaxPollInterval).
+//
+// The state is in the Session itself (status and annotation), so a
+// restarted manager polls as the previous one did, and nothing is kept per
+// Session in the manager besides the work queue's own entry.
+
+// reconcileIdle ends the reconcile of a settled Session whose log has not
+// grown, after one store request and without writing anything. It reports
+// false when the full reconcile must run: the Session is not settled, the
+// log grew, or the probe failed (the full reconcile reports why).
+func (r *SessionReconciler) reconcileIdle(ctx context.Context, session *turnlogv1.Session) (ctrl.Result, bool) {
+	if !settled(session) {
+		return ctrl.Result{}, false
+	}
+	url, loc := "", sessionLocation(session)
+	if st := session.Spec.Storage; st != nil {
+		url = st.URL
+	}
+	if session.Status.Location != loc.String() {
+		return ctrl.Result{}, false
+	}
+	logs, err := r.Stores.Logs(ctx, url)
+	if err != nil {
+		return ctrl.Result{}, false
+	}
+	log, err := logs.Log(loc)
+	if err != nil {
+		return ctrl.Result{}, false
+	}
+	next := int64(0)
+	if h := session.Status.HeadSeq; h != nil {
+		next = *h + 1
+	}
+	if grown, err := log.Grown(ctx, next); err != nil || grown {
+		return ctrl.Result{}, false
+	}
+	return ctrl.Result{RequeueAfter: r.idlePoll(session, time.Now())}, true
+}
+
+// settled: the status says the Session's derived data is current with a
+// log whose head is status.headSeq, for the Session's generation. Derived
+// data changes only through the controller's own worker runs, so for such a
+// Session only an append can make work.
+func settled(s *turnlogv1.Session) bool {
+	st := &s.Status
+	if st.ObservedGeneration != s.Generation || st.Worker != nil || st.LastAppendTime == nil {
+		return false
+	}
+	c := meta.FindStatusCondition(st.Conditions, turnlogv1.ConditionReady)
+	return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == s.Generation &&
+		(c.Reason == turnlogv1.ReasonCurrent || c.Reason == turnlogv1.ReasonEmptyLog)
+}
+
+// nextPoll is when a reconcile that ended with ready (nil: current) and
+// err looks at the Session again unless something wakes it: a settled
+// Session backs off, any other is looked at every PollInterval.
+func (r *SessionReconciler) nextPoll(s *sessionScope, err error) time.Duration {
+	if err == nil && (s.ready == nil || s.ready.reason == turnlogv1.ReasonEmptyLog) {
+		return r.idlePoll(s.session, time.Now())
+	}
+	return r.PollInterval
+}
+
+// idlePoll is how long a settled Session waits for its next probe: as long
+// as its log has been quiet, within [PollInterval, MaxPollInterval], less
+// up to a tenth so that Sessions that went quiet together spread out.
+func (r *SessionReconciler) idlePoll(s *turnlogv1.Session, now time.Time) time.Duration {
+	last := now
+	if t := s.Status.LastAppendTime; t != nil {
+		last = t.Time
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s.Annotations[turnlogv1.AnnotationRequestedAt]); err == nil && t.After(last) {
+		last = t
+	}
+	d := min(max(now.Sub(last), r.PollInterval), max(r.MaxPollInterval, r.PollInterval))
+	return d - rand.N(d/10+1)
+}
+
+// noteAppend sets status.lastAppendTime when the head moved, and on a
+// Session that has none yet.
+func noteAppend(st *turnlogv1.SessionStatus, before *turnlogv1.SessionStatus, now time.Time) {
+	moved := (st.HeadSeq == nil) != (before.HeadSeq == nil) || (st.HeadSeq != nil && *st.HeadSeq != *before.HeadSeq)
+	if moved || st.LastAppendTime == nil {
+		st.LastAppendTime = &metav1.Time{Time: now.Truncate(time.Second)}
+	}
+}
