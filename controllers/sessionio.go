@@ -17,6 +17,7 @@ import (
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/internal/sessionlog"
 	"github.com/turnlog/turnlog/internal/turnlog"
+	"github.com/turnlog/turnlog/internal/worker"
 )
 
 // SessionIO writes and reads Sessions' logs from outside the manager, as
@@ -247,4 +248,22 @@ func withoutSeq(raw []byte) ([]byte, error) {
 	}
 	out.WriteByte('}')
 	return out.Bytes(), nil
+}
+
+// Transcript returns the transcript the workers stored for the Session,
+// through the last turn/end they replayed. target gets the Session's
+// spec.adapter and returns the target to read for: the workers replay for
+// spec.adapter, so another target has no stored transcript.
+func (s *SessionIO) Transcript(ctx context.Context, namespace, name string, target func(turnlog.Adapter) turnlog.Adapter) (worker.Transcript, turnlog.Adapter, error) {
+	session := &turnlogv1.Session{}
+	if err := s.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, session); err != nil {
+		return worker.Transcript{}, turnlog.Adapter{}, fmt.Errorf("Session %s/%s: %w", namespace, name, err)
+	}
+	log, err := s.log(ctx, session)
+	if err != nil {
+		return worker.Transcript{}, turnlog.Adapter{}, err
+	}
+	t := target(adapterOf(session.Spec.Adapter))
+	tr, err := worker.LoadTranscript(ctx, worker.StoreLog{Log: log.Log}, t)
+	return tr, t, err
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/turnlog/turnlog/internal/forkcut"
 	"github.com/turnlog/turnlog/internal/replay"
 	"github.com/turnlog/turnlog/internal/turnlog"
+	"github.com/turnlog/turnlog/internal/worker"
 )
 
 // The offline commands: the worker's assembly, replay and fork cut, run on a
@@ -78,10 +79,9 @@ func runReplay(_ context.Context, args []string, stdin io.Reader, stdout, stderr
 	if !ok {
 		return code
 	}
-	out := struct {
-		replay.Result
-		Diagnostics []replay.Diagnostic `json:"diagnostics"`
-	}{Diagnostics: []replay.Diagnostic{}}
+	// The same type the workers store, so `turnlog transcript` prints
+	// the same bytes.
+	out := worker.Transcript{Diagnostics: []replay.Diagnostic{}}
 	opts := replay.Options{
 		Target:    target,
 		Through:   *through,

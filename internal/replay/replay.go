@@ -161,6 +161,13 @@ type Counts struct {
 	OrphanToolResults int `json:"orphanToolResults"`
 }
 
+// Add adds the counts of another part of the same transcript.
+func (c *Counts) Add(o Counts) {
+	c.Native += o.Native
+	c.Foreign += o.Foreign
+	c.Degraded += o.Degraded
+}
+
 // Result is a transcript.
 type Result struct {
 	// ThroughSeq is the last seq replayed: Options.Through, or the log's head

@@ -1,6 +1,7 @@
 package sessionlog
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -25,6 +26,36 @@ type Appender struct {
 	// knows; valid if positioned.
 	next       int64
 	positioned bool
+	// unsure is the last batch whose append ended with its outcome
+	// unknown. Appending the same events again retries that write — same
+	// seq, same token — so a batch that did land is recognised, not
+	// stored twice.
+	unsure *unsureBatch
+}
+
+type unsureBatch struct {
+	first int64
+	token string
+	data  []byte
+}
+
+// retryOf returns the unsure write b repeats, if it does, and forgets it
+// either way: once other events are appended, retrying could duplicate.
+func (a *Appender) retryOf(b batch) *unsureBatch {
+	u := a.unsure
+	a.unsure = nil
+	if u == nil || !bytes.Equal(u.data, b.render(u.first)) {
+		return nil
+	}
+	return u
+}
+
+// failed records a failed write of b at first.
+func (a *Appender) failed(err error, first int64, b batch, token string) {
+	a.positioned = false
+	if errors.Is(err, ErrOutcomeUnknown) {
+		a.unsure = &unsureBatch{first: first, token: token, data: b.render(first)}
+	}
 }
 
 // NewAppender returns an appender. writer names it in the tokens it stores
@@ -42,9 +73,10 @@ func (l *Log) NewAppender(writer string) *Appender {
 // "seq": the log assigns seqs. If another writer takes the head first,
 // Append moves past that writer's segment and tries again.
 //
-// An error wrapping ErrOutcomeUnknown means the events may be in the log;
-// appending them again could store them twice. Any other error means they
-// were not appended.
+// An error wrapping ErrOutcomeUnknown means the events may be in the log.
+// Appending the same events again, before any others, with the same
+// Appender retries that write idempotently: they end up in the log once.
+// Any other error means they were not appended.
 func (a *Appender) Append(ctx context.Context, events ...[]byte) (int64, error) {
 	b, err := prepare(events)
 	if err != nil {
@@ -52,22 +84,32 @@ func (a *Appender) Append(ctx context.Context, events ...[]byte) (int64, error) 
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	u := a.retryOf(b)
 	if err := a.position(ctx, -1); err != nil {
+		if u != nil {
+			a.unsure = u // still unsure
+		}
 		return 0, err
 	}
-	token := a.token()
+	first, token, uncertain := a.next, "", false
+	if u != nil {
+		first, token, uncertain = u.first, u.token, true
+	} else {
+		token = a.token()
+	}
 	for {
-		first := a.next
-		taken, err := a.write(ctx, first, b, token)
+		taken, err := a.write(ctx, first, b, token, uncertain)
 		if err != nil {
-			a.positioned = false
+			a.failed(err, first, b, token)
 			return 0, err
 		}
 		if taken == 0 {
 			a.next = first + int64(len(b))
 			return first, nil
 		}
-		a.next = first + taken
+		// Another writer's segment is at first: an earlier attempt of
+		// this batch did not land there, and none was made further on.
+		first, uncertain = first+taken, false
 	}
 }
 
@@ -82,22 +124,41 @@ func (a *Appender) AppendAt(ctx context.Context, next int64, events ...[]byte) e
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if u := a.retryOf(b); u != nil && u.first == next {
+		// The head is past next if the unsure write landed: retry it
+		// at next before judging the writer stale.
+		taken, err := a.write(ctx, next, b, u.token, true)
+		if err != nil {
+			a.failed(err, next, b, u.token)
+			return err
+		}
+		if taken == 0 {
+			a.next, a.positioned = next+int64(len(b)), true
+			return nil
+		}
+		return a.stale(ctx, next, taken)
+	}
 	if err := a.position(ctx, next); err != nil {
 		return err
 	}
 	if a.next != next {
 		return &StaleWriterError{Expected: next, Next: a.next}
 	}
-	taken, err := a.write(ctx, next, b, a.token())
+	token := a.token()
+	taken, err := a.write(ctx, next, b, token, false)
 	if err != nil {
-		a.positioned = false
+		a.failed(err, next, b, token)
 		return err
 	}
 	if taken == 0 {
 		a.next = next + int64(len(b))
 		return nil
 	}
-	// Somebody else appended at next: report the real head.
+	return a.stale(ctx, next, taken)
+}
+
+// stale reports that another writer's segment of taken events is at next.
+func (a *Appender) stale(ctx context.Context, next, taken int64) error {
 	a.positioned = false
 	if err := a.position(ctx, -1); err != nil {
 		return fmt.Errorf("%w (and finding the head failed: %w)", &StaleWriterError{Expected: next, Next: next + taken}, err)
@@ -128,13 +189,12 @@ func (a *Appender) token() string {
 // It returns 0 when the segment holding b is stored at first (now or by an
 // earlier attempt whose answer was lost), or, when another writer's segment
 // is there, how many events that segment holds.
-func (a *Appender) write(ctx context.Context, first int64, b batch, token string) (int64, error) {
+// uncertain says an earlier attempt at this key may have been stored.
+func (a *Appender) write(ctx context.Context, first int64, b batch, token string, uncertain bool) (int64, error) {
 	l := a.log
 	key := l.segmentKey(first)
 	data := b.render(first)
 	md := map[string]string{metaWriter: token}
-	// uncertain: an earlier attempt at this key may have been stored.
-	uncertain := false
 	fail := func(err error) (int64, error) {
 		if uncertain {
 			return 0, fmt.Errorf("append to %s at seq %d: %w: %w", l.loc, first, ErrOutcomeUnknown, err)

@@ -114,7 +114,7 @@ func Replay(ctx context.Context, log Log, target turnlog.Adapter) (Summary, erro
 		sum.note(Diagnostic{Seq: d.Seq, Cause: cause, Message: d.Message})
 	}
 	sum.Replay = &counts
-	if err := storeJSON(ctx, log, segmentName(dir, from), res); err != nil {
+	if err := storeJSON(ctx, log, segmentName(dir, from), Transcript{Result: res, Diagnostics: degraded}); err != nil {
 		return Summary{}, err
 	}
 	state.Summary = sum

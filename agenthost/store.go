@@ -1,0 +1,139 @@
+package agenthost
+
+import (
+	"context"
+	"io"
+	"math"
+
+	"github.com/turnlog/turnlog/internal/sessionlog"
+	"github.com/turnlog/turnlog/internal/store"
+	"github.com/turnlog/turnlog/internal/worker"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Store is the object store Sessions keep their logs in.
+type Store struct {
+	bucket store.Bucket
+	logs   *sessionlog.Store
+	prefix string
+}
+
+// StoreOptions adjust OpenStore. The zero value is fine.
+type StoreOptions struct {
+	// Prefix is the bucket-wide prefix the turnlog manager keeps Sessions
+	// under ("" for none); OpenSession uses it for Sessions that do not
+	// name their own.
+	Prefix string
+	// AccessKeyID and SecretAccessKey, when both are set, are static
+	// credentials for s3:// URLs; otherwise the AWS default chain applies.
+	AccessKeyID, SecretAccessKey string
+}
+
+// OpenStore opens the object store at url: s3://bucket?region=...,
+// gs://bucket, azblob://container, file:///dir, or mem:// (one process, for
+// tests). Close it when done.
+func OpenStore(ctx context.Context, url string, opts *StoreOptions) (*Store, error) {
+	if opts == nil {
+		opts = &StoreOptions{}
+	}
+	b, err := store.Open(ctx, url, &store.Options{AccessKeyID: opts.AccessKeyID, SecretAccessKey: opts.SecretAccessKey})
+	if err != nil {
+		return nil, err
+	}
+	return &Store{bucket: b, logs: sessionlog.New(b), prefix: opts.Prefix}, nil
+}
+
+// Close releases the store's connections.
+func (s *Store) Close() error { return s.bucket.Close() }
+
+// Location names one Session's log: the Session's namespace, name and uid
+// (a Session deleted and created again under the same name gets a new uid,
+// and so a new, empty log), under the store's Prefix.
+type Location struct {
+	Prefix    string
+	Namespace string
+	Session   string
+	UID       string
+}
+
+func (l Location) internal() sessionlog.Location {
+	return sessionlog.Location{Prefix: l.Prefix, Namespace: l.Namespace, Session: l.Session, UID: l.UID}
+}
+
+func (l Location) String() string { return l.internal().String() }
+
+// Log is one Session's log. Its methods are safe for concurrent use.
+type Log struct {
+	log    *sessionlog.Log
+	loc    Location
+	target Adapter
+	// kube, when set, is the Session the log belongs to, for nudges.
+	kube    client.Client
+	session client.ObjectKey
+}
+
+// Log returns the log at loc; it need not exist yet. Its transcripts are
+// read for the zero target (the log's session/start adapter); use
+// Log.WithTarget for a Session whose spec.adapter is set.
+func (s *Store) Log(loc Location) (*Log, error) {
+	l, err := s.logs.Log(loc.internal())
+	if err != nil {
+		return nil, err
+	}
+	return &Log{log: l, loc: loc}, nil
+}
+
+// WithTarget returns the same log, its transcripts read for target: the
+// Session's spec.adapter, which is what the workers replay for.
+func (l *Log) WithTarget(target Adapter) *Log {
+	c := *l
+	c.target = target
+	return &c
+}
+
+// Location returns where the log is.
+func (l *Log) Location() Location { return l.loc }
+
+// Target returns the target Transcript reads for.
+func (l *Log) Target() Adapter { return l.target }
+
+// Head is where a log ends.
+type Head struct {
+	// Next is the seq the next event gets: the number of events.
+	Next int64
+	// Turns is the highest turn number so far.
+	Turns int64
+	// TurnOpen: the last turn has started and not ended.
+	TurnOpen bool
+	// LastTurnEnd is the seq of the last turn/end, -1 if none.
+	LastTurnEnd int64
+}
+
+// Head reads where the log ends, without reading the whole log.
+func (l *Log) Head(ctx context.Context) (Head, error) {
+	h, err := l.log.Head(ctx)
+	if err != nil {
+		return Head{}, err
+	}
+	out := Head{Next: h.Next, Turns: h.Turns, TurnOpen: h.TurnOpen, LastTurnEnd: -1}
+	if h.LastTurnEnd != nil {
+		out.LastTurnEnd = h.LastTurnEnd.Seq
+	}
+	return out, nil
+}
+
+// Export writes the log as JSON Lines, the format `turnlog replay` and
+// `turnlog import` read.
+func (l *Log) Export(ctx context.Context, w io.Writer) error {
+	for e, err := range l.log.Read(ctx, 0, math.MaxInt64) {
+		if err != nil {
+			return err
+		}
+		if _, err := w.Write(append(e.Line, '\n')); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (l *Log) workerLog() worker.Log { return worker.StoreLog{Log: l.log} }

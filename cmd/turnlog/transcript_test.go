@@ -1,0 +1,180 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/sessionlog"
+	"github.com/turnlog/turnlog/internal/store"
+	"github.com/turnlog/turnlog/internal/turnlog"
+	"github.com/turnlog/turnlog/internal/worker"
+)
+
+// startAPIServer starts kube-apiserver and etcd with turnlog's CRDs and
+// returns a client and a kubeconfig file for the CLI.
+func startAPIServer(t *testing.T) (client.Client, string) {
+	t.Helper()
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	if assets == "" {
+		home, _ := os.UserHomeDir()
+		assets = filepath.Join(home, ".local", "share", "kubebuilder-envtest", "k8s", "1.37.2-linux-amd64")
+	}
+	if _, err := os.Stat(filepath.Join(assets, "kube-apiserver")); err != nil {
+		t.Fatalf("no control plane in %s: run `make control-plane`", assets)
+	}
+	env := &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+		BinaryAssetsDirectory: assets,
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { env.Stop() })
+	scheme := runtime.NewScheme()
+	utilruntime.Must(turnlogv1.AddToScheme(scheme))
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := env.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := admin.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(path, kc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return c, path
+}
+
+// turns splits a log file into its turns: each part ends with a turn/end.
+func turns(t *testing.T, log string) []string {
+	var parts []string
+	var cur strings.Builder
+	for line := range strings.Lines(log) {
+		cur.WriteString(line)
+		if strings.Contains(line, `"type":"turn/end"`) {
+			parts = append(parts, cur.String())
+			cur.Reset()
+		}
+	}
+	if cur.Len() > 0 {
+		parts = append(parts, cur.String())
+	}
+	return parts
+}
+
+// TestTranscriptIsReplayOfExport: a Session is written turn by turn with
+// `turnlog import` and `turnlog append`, the replay worker runs after each
+// write (as the manager runs it after each nudge), and `turnlog transcript`
+// then prints exactly the bytes `turnlog replay` prints for the exported
+// log — for logs with degraded messages (legacy state, a misaligned
+// envelope, a model switch), aborted turns, tool calls without results,
+// truncated tool calls, unknown events, and a fork's child log; for the
+// default target and for a Session with its own spec.adapter.
+func TestTranscriptIsReplayOfExport(t *testing.T) {
+	kube, kubeconfig := startAPIServer(t)
+	dir := t.TempDir()
+	storeURL := "file://" + dir
+	bucket, err := store.Open(context.Background(), storeURL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bucket.Close()
+	ctx := context.Background()
+	k := []string{"--kubeconfig", kubeconfig, "-n", "default", "--store-url", storeURL}
+
+	forkChild := runOK(t, "", "cut", "--at", "13.1", logs+"aborted-turn.jsonl")
+	cases := []struct {
+		name, log string
+		adapter   turnlogv1.Adapter
+		flags     []string // the same target for `turnlog replay`
+	}{
+		{"aborted", readLog(t, "aborted-turn.jsonl"), turnlogv1.Adapter{}, nil},
+		{"legacy", readLog(t, "legacy-flat-state.jsonl"), turnlogv1.Adapter{}, nil},
+		{"misaligned", readLog(t, "misaligned-envelope.jsonl"), turnlogv1.Adapter{}, nil},
+		{"model-switch", readLog(t, "model-switch.jsonl"), turnlogv1.Adapter{}, nil},
+		{"model-switch-gpt5", readLog(t, "model-switch.jsonl"),
+			turnlogv1.Adapter{Kind: "pi-ai", API: "openai-responses", Provider: "openai", Model: "gpt-5"},
+			[]string{"--kind", "pi-ai", "--api", "openai-responses", "--provider", "openai", "--model", "gpt-5"}},
+		{"no-result", readLog(t, "tool-call-without-result.jsonl"), turnlogv1.Adapter{}, nil},
+		{"max-tokens", readLog(t, "max-tokens-tool-call.jsonl"), turnlogv1.Adapter{}, nil},
+		{"length-two", readLog(t, "length-two-tool-calls.jsonl"), turnlogv1.Adapter{}, nil},
+		{"unknown-event", readLog(t, "unknown-event.jsonl"), turnlogv1.Adapter{}, nil},
+		{"fork-child", forkChild, turnlogv1.Adapter{}, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			session := &turnlogv1.Session{}
+			session.Namespace, session.Name, session.Spec.Adapter = "default", tc.name, tc.adapter
+			if err := kube.Create(ctx, session); err != nil {
+				t.Fatal(err)
+			}
+			_, errOut, code := cli(t, "", append([]string{"transcript", "--session", tc.name}, k...)...)
+			if want := "turnlog transcript: Session default/" + tc.name + " has not been replayed for target"; code != 1 || !strings.HasPrefix(errOut, want) || strings.Count(errOut, "\n") != 1 {
+				t.Errorf("before any replay: exit %d, stderr %q; want exit 1 and one line starting %q", code, errOut, want)
+			}
+			log, err := sessionlog.New(bucket).Log(sessionlog.Location{Namespace: "default", Session: tc.name, UID: string(session.UID)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			target := turnlog.Adapter{Kind: tc.adapter.Kind, API: tc.adapter.API, Provider: tc.adapter.Provider, Model: tc.adapter.Model}
+			for i, part := range turns(t, tc.log) {
+				verb := "append"
+				if i == 0 {
+					verb = "import"
+				}
+				args := append([]string{verb, "--session", tc.name}, k...)
+				if verb == "import" {
+					args = append(args, "-")
+				}
+				runOK(t, part, args...)
+				if _, err := worker.Replay(ctx, worker.StoreLog{Log: log}, target); err != nil {
+					t.Fatalf("replay run %d: %v", i, err)
+				}
+			}
+			got := runOK(t, "", append([]string{"transcript", "--session", tc.name}, k...)...)
+			exported := runOK(t, "", append([]string{"export", "--session", tc.name}, k...)...)
+			if exported != tc.log {
+				t.Fatalf("export differs from what was written")
+			}
+			want := runOK(t, exported, append(append([]string{"replay"}, tc.flags...), "-")...)
+			if got != want {
+				t.Errorf("turnlog transcript differs from turnlog replay of the export:\n--- transcript\n%s\n--- replay\n%s", got, want)
+			}
+			var v map[string]any
+			if err := json.Unmarshal([]byte(got), &v); err != nil {
+				t.Fatal(err)
+			}
+			checkContract(t, "replay", v)
+			if len(tc.flags) > 0 {
+				// Another target than the Session's has no stored transcript.
+				_, errOut, code := cli(t, "", append([]string{"transcript", "--session", tc.name, "--model", "gpt-4o"}, k...)...)
+				if code != 1 || !strings.Contains(errOut, "has not been replayed for target pi-ai/openai-responses/openai/gpt-4o yet") {
+					t.Errorf("another target: exit %d, stderr %q", code, errOut)
+				}
+			}
+		})
+	}
+
+	_, errOut, code := cli(t, "", append([]string{"transcript", "--session", "nope"}, k...)...)
+	if code != 1 || !strings.HasPrefix(errOut, `turnlog transcript: Session default/nope: `) || !strings.Contains(errOut, "not found") || strings.Count(errOut, "\n") != 1 {
+		t.Errorf("missing Session: exit %d, stderr %q", code, errOut)
+	}
+}
