@@ -166,6 +166,7 @@ func (c *Counts) Add(o Counts) {
 	c.Native += o.Native
 	c.Foreign += o.Foreign
 	c.Degraded += o.Degraded
+	c.OrphanToolResults += o.OrphanToolResults
 }
 
 // Result is a transcript.

@@ -40,9 +40,9 @@ func (e *NotReplayedError) Is(target error) bool { return target == ErrNotReplay
 
 // LoadTranscript returns the transcript the replay runs for target stored,
 // through the last turn/end they replayed, without reading the raw log: the
-// checkpoint says where the runs got to, and the parts they stored chain
-// from seq 0 to it (each part starts after the previous one's last
-// turn/end). A part stored by a run that died before its checkpoint is
+// checkpoint says where the runs got to and which tool calls are still
+// open, and the parts they stored chain from seq 0 to it (each part starts
+// after the previous one's last turn/end). A part stored by a run that died before its checkpoint is
 // ignored, as the next run will write it again. Before the first replayed
 // turn it returns a *NotReplayedError.
 func LoadTranscript(ctx context.Context, log Log, target turnlog.Adapter) (Transcript, error) {
@@ -75,5 +75,8 @@ func LoadTranscript(ctx context.Context, log Log, target turnlog.Adapter) (Trans
 		out.ThroughSeq = part.ThroughSeq
 		from = part.ThroughSeq + 1
 	}
+	// The last turn's open tool calls may still be answered by the next
+	// turn; until then the transcript ends with their synthetic results.
+	out.Messages = append(out.Messages, state.Open.Unanswered()...)
 	return out, nil
 }
