@@ -1,0 +1,850 @@
+package replay_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/turnlog/turnlog/internal/replay"
+	"github.com/turnlog/turnlog/internal/turnlog"
+)
+
+// The differential test: conversations go through pi-ai 0.73.1's own
+// transformMessages (test/pi/transform.mjs) and, written as turnlog logs in
+// every form a host may use, through turnlog's replay (what `turnlog
+// replay` runs); the transcripts must agree message for message. The only
+// differences allowed are the deviations docs/log-format.md lists; each is
+// applied here by name, to the side it concerns, and counted.
+
+// The deviations from pi-ai 0.73.1, by their names in docs/log-format.md.
+const (
+	devOrphanToolResults   = "orphan-tool-results"
+	devSyntheticResultTime = "synthetic-result-time"
+	devReplayStateMember   = "replay-state-member"
+	devNoStateThinking     = "no-state-thinking"
+	devLengthToolCalls     = "length-tool-calls"
+	devNonVisionImages     = "non-vision-images"
+)
+
+// The targets the transcripts are built for: one per pi-ai API family.
+var piTargets = []struct{ provider, model string }{
+	{"anthropic", "claude-sonnet-4-5"},
+	{"openai", "gpt-5"},
+	{"google", "gemini-2.5-pro"},
+	{"deepseek", "deepseek-v4-pro"}, // openai-completions, and takes no images
+}
+
+// Where conversations' assistant messages come from: the targets' own
+// models and near misses that differ in one of provider, api and model.
+var piSources = []turnlog.Adapter{
+	{API: "anthropic-messages", Provider: "anthropic", Model: "claude-sonnet-4-5"},
+	{API: "openai-responses", Provider: "openai", Model: "gpt-5"},
+	{API: "google-generative-ai", Provider: "google", Model: "gemini-2.5-pro"},
+	{API: "openai-completions", Provider: "deepseek", Model: "deepseek-v4-pro"},
+	{API: "anthropic-messages", Provider: "anthropic", Model: "claude-haiku-4-5"},
+	{API: "anthropic-messages", Provider: "github-copilot", Model: "claude-sonnet-4-5"},
+	{API: "openai-completions", Provider: "openai", Model: "gpt-5"},
+	{API: "google-vertex", Provider: "google", Model: "gemini-2.5-pro"},
+}
+
+// A log form: how a host writes the assistant messages of a conversation.
+type logForm string
+
+const (
+	formChunks   logForm = "chunks"   // streamed chunks, envelope on response/finish; turnlog assembles
+	formEnvelope logForm = "envelope" // assistant/message without inline signatures, with an envelope
+	formInline   logForm = "inline"   // assistant/message as pi-ai stores it: signatures inline, no replayState
+	formBoth     logForm = "both"     // assistant/message with inline signatures and an envelope
+)
+
+var logForms = []logForm{formChunks, formEnvelope, formInline, formBoth}
+
+// piMessage is one pi-ai message of a conversation.
+type piMessage struct {
+	role      string // user, assistant, toolResult
+	user      turnlog.UserMessage
+	assistant turnlog.AssistantMessage
+	result    turnlog.ToolResultMessage
+	cut       bool // an aborted assistant message whose stream has no response/finish
+}
+
+func (m piMessage) json() json.RawMessage {
+	var v json.Marshaler
+	switch m.role {
+	case "user":
+		v = m.user
+	case "assistant":
+		v = m.assistant
+	default:
+		v = m.result
+	}
+	data, err := v.MarshalJSON()
+	if err != nil {
+		panic(err)
+	}
+	return data
+}
+
+type piConversation struct {
+	name  string
+	turns [][]piMessage
+}
+
+func (c piConversation) messages() []piMessage { return slices.Concat(c.turns...) }
+
+// assembled is the conversation as turnlog's assembly of streamed chunks
+// stores it: the tool calls of a length message are dropped
+// (devLengthToolCalls). changed counts the messages that lost calls.
+func (c piConversation) assembled() (out piConversation, changed int) {
+	out = piConversation{name: c.name}
+	for _, turn := range c.turns {
+		turn = slices.Clone(turn)
+		for i, m := range turn {
+			if m.role != "assistant" || m.assistant.StopReason != turnlog.StopReasonLength {
+				continue
+			}
+			kept := slices.DeleteFunc(slices.Clone(m.assistant.Content), func(b turnlog.ContentBlock) bool { return b.Type == turnlog.BlockToolCall })
+			if len(kept) != len(m.assistant.Content) {
+				turn[i].assistant.Content = kept
+				changed++
+			}
+		}
+		out.turns = append(out.turns, turn)
+	}
+	return out, changed
+}
+
+// log writes the conversation as a turnlog log in form.
+func (c piConversation) log(form logForm) []byte {
+	var w logWriter
+	w.event("session/start", 0, 0, map[string]any{"adapter": map[string]string{"kind": "pi-ai", "api": piSources[0].API, "provider": piSources[0].Provider, "model": piSources[0].Model}})
+	for n, turn := range c.turns {
+		tn := n + 1
+		w.event("turn/start", tn, 0, nil)
+		response := 0
+		reason := turnlog.StopReasonStop
+		for _, m := range turn {
+			switch m.role {
+			case "user":
+				w.event("user/message", tn, m.user.Timestamp, map[string]any{"content": m.user.Content})
+			case "toolResult":
+				r := m.result
+				w.event("tool/result", tn, r.Timestamp, map[string]any{"toolCallId": r.ToolCallID, "toolName": r.ToolName, "content": r.Content, "isError": r.IsError})
+			case "assistant":
+				w.assistant(tn, response, m, form)
+				response++
+				reason = m.assistant.StopReason
+			}
+		}
+		w.event("turn/end", tn, 0, map[string]any{"reason": reason})
+	}
+	return w.buf.Bytes()
+}
+
+type logWriter struct {
+	buf bytes.Buffer
+	seq int
+}
+
+func (w *logWriter) event(typ string, turn int, ts int64, members map[string]any) {
+	e := map[string]any{"seq": w.seq, "type": typ}
+	if turn > 0 {
+		e["turn"] = turn
+	}
+	if ts != 0 {
+		e["time"] = time.UnixMilli(ts).UTC().Format("2006-01-02T15:04:05.000Z07:00")
+	}
+	for k, v := range members {
+		e[k] = v
+	}
+	data, err := json.Marshal(e)
+	if err != nil {
+		panic(err)
+	}
+	w.buf.Write(data)
+	w.buf.WriteByte('\n')
+	w.seq++
+}
+
+func (w *logWriter) assistant(turn, response int, m piMessage, form logForm) {
+	a := m.assistant
+	switch form {
+	case formChunks:
+		w.event("response/start", turn, 0, map[string]any{"response": response,
+			"adapter": map[string]string{"kind": "pi-ai", "api": a.API, "provider": a.Provider, "model": a.Model}})
+		for i, b := range a.Content {
+			for _, d := range deltas(b) {
+				w.event("chunk", turn, 0, map[string]any{"response": response, "block": i, "delta": d})
+			}
+		}
+		if m.cut {
+			return
+		}
+		finish := map[string]any{"response": response, "stopReason": a.StopReason, "replayState": envelope(a)}
+		if a.Usage != nil {
+			finish["usage"] = a.Usage
+		}
+		w.event("response/finish", turn, a.Timestamp, finish)
+		return
+	case formEnvelope:
+		a.ReplayState = envelope(a)
+		a.Content = unsigned(a.Content)
+	case formBoth:
+		a.ReplayState = envelope(a)
+	}
+	w.event("assistant/message", turn, 0, map[string]any{"response": response, "message": a})
+}
+
+// deltas streams a block in up to two pieces.
+func deltas(b turnlog.ContentBlock) []map[string]any {
+	halves := func(s string) []string {
+		r := []rune(s)
+		if len(r) < 2 {
+			return []string{s}
+		}
+		return []string{string(r[:len(r)/2]), string(r[len(r)/2:])}
+	}
+	var out []map[string]any
+	switch b.Type {
+	case turnlog.BlockText:
+		for _, p := range halves(b.Text) {
+			out = append(out, map[string]any{"type": "text", "text": p})
+		}
+	case turnlog.BlockThinking:
+		for _, p := range halves(b.Thinking) {
+			d := map[string]any{"type": "thinking", "thinking": p}
+			if b.Redacted {
+				d["redacted"] = true
+			}
+			out = append(out, d)
+		}
+	case turnlog.BlockToolCall:
+		for _, p := range halves(string(b.Arguments)) {
+			out = append(out, map[string]any{"type": "toolCall", "id": b.ID, "name": b.Name, "argumentsDelta": p})
+		}
+	}
+	return out
+}
+
+// envelope holds a message's signatures, one entry per block.
+func envelope(a turnlog.AssistantMessage) json.RawMessage {
+	entries := make([]any, len(a.Content))
+	for i, b := range a.Content {
+		if sig := b.ThinkingSignature + b.TextSignature + b.ThoughtSignature; sig != "" {
+			entries[i] = map[string]string{"type": b.Type, "signature": sig}
+		}
+	}
+	data, _ := json.Marshal(map[string]any{"kind": "pi-ai", "version": 2, "response": map[string]any{"id": fmt.Sprintf("resp_%d", a.Timestamp)}, "blocks": entries})
+	return data
+}
+
+func unsigned(content []turnlog.ContentBlock) []turnlog.ContentBlock {
+	out := slices.Clone(content)
+	for i := range out {
+		out[i].ThinkingSignature, out[i].TextSignature, out[i].ThoughtSignature = "", "", ""
+	}
+	return out
+}
+
+func signed(a turnlog.AssistantMessage) bool {
+	return slices.ContainsFunc(a.Content, func(b turnlog.ContentBlock) bool {
+		return b.ThinkingSignature != "" || b.TextSignature != "" || b.ThoughtSignature != ""
+	})
+}
+
+// piOutput is what test/pi/transform.mjs writes.
+type piOutput struct {
+	Targets []struct {
+		Provider string   `json:"provider"`
+		Model    string   `json:"model"`
+		API      string   `json:"api"`
+		Input    []string `json:"input"`
+	} `json:"targets"`
+	Results [][][]json.RawMessage `json:"results"`
+}
+
+// runPiAI runs pi-ai's transform on the conversations, in one node process.
+func runPiAI(t *testing.T, conversations [][]json.RawMessage) piOutput {
+	t.Helper()
+	dir := piDir(t)
+	targets := make([]map[string]string, len(piTargets))
+	for i, tg := range piTargets {
+		targets[i] = map[string]string{"provider": tg.provider, "model": tg.model}
+	}
+	in, err := json.Marshal(map[string]any{"targets": targets, "conversations": conversations})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("node", "transform.mjs")
+	cmd.Dir = dir
+	cmd.Stdin = bytes.NewReader(in)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("node %s/transform.mjs: %v\n%s", dir, err, stderr.Bytes())
+	}
+	var res piOutput
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatalf("node %s/transform.mjs wrote something that is not its JSON result: %v", dir, err)
+	}
+	if len(res.Results) != len(conversations) || len(res.Targets) != len(piTargets) {
+		t.Fatalf("pi-ai returned %d results for %d targets, want %d for %d", len(res.Results), len(res.Targets), len(conversations), len(piTargets))
+	}
+	return res
+}
+
+// piDir is test/pi with pi-ai installed. Without an install the test is
+// skipped, except in CI (CI=true), where it must run.
+func piDir(t *testing.T) string {
+	t.Helper()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := wd
+	for {
+		if _, err := os.Stat(filepath.Join(root, "go.mod")); err == nil {
+			break
+		}
+		parent := filepath.Dir(root)
+		if parent == root {
+			t.Fatalf("no go.mod above %s", wd)
+		}
+		root = parent
+	}
+	dir := filepath.Join(root, "test", "pi")
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@mariozechner", "pi-ai", "package.json")); errors.Is(err, os.ErrNotExist) {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("pi-ai is not installed in %s/node_modules; run make pi-deps", dir)
+		}
+		t.Skipf("pi-ai is not installed in %s/node_modules: run make pi-deps to compare replay with pi-ai", dir)
+	}
+	return dir
+}
+
+// diffStats counts what the comparison did.
+type diffStats struct {
+	transcripts, messages int
+	byDeviation           map[string]int
+}
+
+func TestReplayMatchesPiAI(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("PIAI_DIFF_SEED"); s != "" {
+		var err error
+		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
+			t.Fatalf("PIAI_DIFF_SEED=%q: %v", s, err)
+		}
+	}
+	conversations := namedConversations()
+	named := len(conversations)
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	for i := range 300 {
+		conversations = append(conversations, randomConversation(rng, fmt.Sprintf("random %d", i)))
+	}
+
+	// pi-ai sees each conversation as written and, where assembly drops a
+	// length message's tool calls, as assembled too.
+	var inputs [][]json.RawMessage
+	type sides struct {
+		written, assembled int // indexes into inputs
+		lengthCalls        int // messages whose tool calls assembly drops
+	}
+	index := make([]sides, len(conversations))
+	add := func(c piConversation) int {
+		var msgs []json.RawMessage
+		for _, m := range c.messages() {
+			msgs = append(msgs, m.json())
+		}
+		inputs = append(inputs, msgs)
+		return len(inputs) - 1
+	}
+	for i, c := range conversations {
+		index[i].written = add(c)
+		index[i].assembled = index[i].written
+		if a, changed := c.assembled(); changed > 0 {
+			index[i].assembled, index[i].lengthCalls = add(a), changed
+		}
+	}
+	pi := runPiAI(t, inputs)
+
+	stats := diffStats{byDeviation: map[string]int{}}
+	failures := 0
+	for i, c := range conversations {
+		for _, form := range logForms {
+			log := c.log(form)
+			for ti, tg := range pi.Targets {
+				target := turnlog.Adapter{Kind: turnlog.EnvelopeKindPiAI, API: tg.API, Provider: tg.Provider, Model: tg.Model}
+				res, err := replay.Transcript(turnlog.NewReader(bytes.NewReader(log)), replay.Options{Target: target, Through: replay.Head})
+				if err != nil {
+					t.Fatalf("%s, %s form: replay: %v\n%s", c.name, form, err, log)
+				}
+				src, piIdx := c, index[i].written
+				if form == formChunks {
+					piIdx = index[i].assembled
+					if index[i].lengthCalls > 0 {
+						src, _ = c.assembled()
+						stats.byDeviation[devLengthToolCalls] += index[i].lengthCalls
+					}
+				}
+				want, orphans := expectedFromPiAI(pi.Results[piIdx][ti], src, form, target, &stats)
+				got := fromTurnlog(res, slices.Contains(tg.Input, "image"), &stats)
+				stats.transcripts++
+				stats.messages += max(len(got), len(want))
+				if d := firstDifference(got, want); d != "" || res.Counts.OrphanToolResults != orphans {
+					failures++
+					if failures <= 5 {
+						seedNote := fmt.Sprintf("seed %d (PIAI_DIFF_SEED=%d reproduces it)", seed, seed)
+						if i < named {
+							seedNote = "a named case"
+						}
+						t.Errorf("%s (%s), %s form, target %s/%s/%s: turnlog and pi-ai differ: %s; orphan tool results counted %d, pi-ai kept %d more\nlog:\n%s",
+							c.name, seedNote, form, target.API, target.Provider, target.Model, d, res.Counts.OrphanToolResults, orphans, log)
+					}
+				}
+			}
+		}
+	}
+	if failures > 0 {
+		t.Errorf("%d of %d transcripts differ (seed %d)", failures, stats.transcripts, seed)
+	}
+	t.Logf("compared %d transcripts, %d messages (%d named and 300 random conversations, seed %d, %d forms, %d targets)",
+		stats.transcripts, stats.messages, named, seed, len(logForms), len(pi.Targets))
+	for _, dev := range []string{devOrphanToolResults, devSyntheticResultTime, devReplayStateMember, devNoStateThinking, devLengthToolCalls, devNonVisionImages} {
+		t.Logf("deviation %-22s %6d", dev, stats.byDeviation[dev])
+	}
+	for _, dev := range []string{devOrphanToolResults, devSyntheticResultTime, devReplayStateMember, devNoStateThinking, devLengthToolCalls, devNonVisionImages} {
+		if stats.byDeviation[dev] == 0 {
+			t.Errorf("no conversation exercised the deviation %s: the cases no longer cover it", dev)
+		}
+	}
+}
+
+// jsonValue decodes a message so that two encodings of the same JSON
+// compare equal; numbers stay exact.
+func jsonValue(raw json.RawMessage) map[string]any {
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	var v map[string]any
+	if err := d.Decode(&v); err != nil {
+		panic(fmt.Sprintf("decode %s: %v", raw, err))
+	}
+	return v
+}
+
+// expectedFromPiAI is pi-ai's transcript with the deviations that concern
+// it applied: what turnlog must produce. It also returns how many tool
+// results it left out as orphans.
+func expectedFromPiAI(raw []json.RawMessage, src piConversation, form logForm, target turnlog.Adapter, stats *diffStats) (out []map[string]any, orphans int) {
+	inputTimes := map[string]bool{}
+	var sources []turnlog.AssistantMessage // the assistant messages pi-ai keeps, in order
+	for _, m := range src.messages() {
+		switch {
+		case m.role == "toolResult":
+			inputTimes[strconv.FormatInt(m.result.Timestamp, 10)] = true
+		case m.role == "assistant" && !m.assistant.StopReason.Interrupted():
+			sources = append(sources, m.assistant)
+		}
+	}
+	var open []string     // the last assistant message's call ids
+	var answered []string // ids answered since
+	var lastTime any
+	nth := 0
+	for _, r := range raw {
+		m := jsonValue(r)
+		switch m["role"] {
+		case "assistant":
+			source := sources[nth]
+			nth++
+			if form == formInline && !signed(source) && source.Adapter().SameModel(target) && hasThinking(m) {
+				// devNoStateThinking: a message with no state at all replays foreign.
+				m["content"] = foreignThinking(source)
+				stats.byDeviation[devNoStateThinking]++
+			}
+			open, answered, lastTime = nil, nil, m["timestamp"]
+			for _, b := range m["content"].([]any) {
+				if b := b.(map[string]any); b["type"] == "toolCall" {
+					open = append(open, b["id"].(string))
+				}
+			}
+		case "user":
+			open, answered = nil, nil
+		case "toolResult":
+			id := m["toolCallId"].(string)
+			if !inputTimes[fmt.Sprint(m["timestamp"])] {
+				// devSyntheticResultTime: a synthetic result has its call's time.
+				m["timestamp"] = lastTime
+				if lastTime == nil {
+					delete(m, "timestamp")
+				}
+				stats.byDeviation[devSyntheticResultTime]++
+			} else if !slices.Contains(open, id) || slices.Contains(answered, id) {
+				// devOrphanToolResults: a result answering no open call stays out.
+				orphans++
+				stats.byDeviation[devOrphanToolResults]++
+				continue
+			}
+			answered = append(answered, id)
+		}
+		out = append(out, m)
+	}
+	return out, orphans
+}
+
+func hasThinking(m map[string]any) bool {
+	return slices.ContainsFunc(m["content"].([]any), func(b any) bool { return b.(map[string]any)["type"] == "thinking" })
+}
+
+// foreignThinking is the content of a message without replay state as
+// turnlog replays it: pi-ai's cross-model conversion, which for a message
+// with no signatures only turns thinking into text (pi-ai has dropped the
+// blank thinking already).
+func foreignThinking(source turnlog.AssistantMessage) []any {
+	var out []any
+	for _, b := range source.Content {
+		v := jsonValue(mustJSON(b))
+		if b.Type == turnlog.BlockThinking {
+			if b.Redacted || strings.TrimFunc(b.Thinking, isJSSpace) == "" {
+				continue
+			}
+			v = map[string]any{"type": "text", "text": b.Thinking}
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// isJSSpace is JavaScript's trim() whitespace.
+func isJSSpace(r rune) bool {
+	return strings.ContainsRune("\t\n\v\f\r \u00a0\u1680\u2028\u2029\u202f\u205f\u3000\ufeff", r) || (r >= '\u2000' && r <= '\u200a')
+}
+
+func mustJSON(v json.Marshaler) json.RawMessage {
+	data, err := v.MarshalJSON()
+	if err != nil {
+		panic(err)
+	}
+	return data
+}
+
+// fromTurnlog is turnlog's transcript with the deviations that concern it
+// undone, as pi-ai's request building would.
+func fromTurnlog(res replay.Result, vision bool, stats *diffStats) []map[string]any {
+	var out []map[string]any
+	for _, msg := range res.Messages {
+		m := jsonValue(msg.Message)
+		if _, ok := m["replayState"]; ok {
+			delete(m, "replayState") // devReplayStateMember
+			stats.byDeviation[devReplayStateMember]++
+		}
+		if !vision && (m["role"] == "user" || m["role"] == "toolResult") {
+			if blocks, ok := m["content"].([]any); ok {
+				if placed := withImagePlaceholders(blocks, m["role"] == "user"); !reflect.DeepEqual(placed, blocks) {
+					m["content"] = placed // devNonVisionImages
+					stats.byDeviation[devNonVisionImages]++
+				}
+			}
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// withImagePlaceholders is pi-ai's replaceImagesWithPlaceholder: each run
+// of images becomes one placeholder text.
+func withImagePlaceholders(blocks []any, user bool) []any {
+	placeholder := "(tool image omitted: model does not support images)"
+	if user {
+		placeholder = "(image omitted: model does not support images)"
+	}
+	var out []any
+	previous := false
+	for _, b := range blocks {
+		b := b.(map[string]any)
+		if b["type"] == "image" {
+			if !previous {
+				out = append(out, map[string]any{"type": "text", "text": placeholder})
+			}
+			previous = true
+			continue
+		}
+		out = append(out, b)
+		previous = b["text"] == placeholder
+	}
+	return out
+}
+
+// firstDifference describes the first message where got and want differ.
+func firstDifference(got, want []map[string]any) string {
+	for i := range max(len(got), len(want)) {
+		var g, w any
+		if i < len(got) {
+			g = got[i]
+		}
+		if i < len(want) {
+			w = want[i]
+		}
+		if !reflect.DeepEqual(g, w) {
+			gj, _ := json.Marshal(g)
+			wj, _ := json.Marshal(w)
+			return fmt.Sprintf("message %d (of %d and %d):\n  turnlog %s\n  pi-ai   %s", i, len(got), len(want), gj, wj)
+		}
+	}
+	return ""
+}
+
+// convBuilder writes conversations; every message gets its own time.
+type convBuilder struct {
+	now   int64
+	turns [][]piMessage
+}
+
+func (b *convBuilder) tick() int64 {
+	b.now += 1000
+	return b.now
+}
+
+func (b *convBuilder) turn() *convBuilder {
+	b.turns = append(b.turns, nil)
+	return b
+}
+
+func (b *convBuilder) add(m piMessage) *convBuilder {
+	b.turns[len(b.turns)-1] = append(b.turns[len(b.turns)-1], m)
+	return b
+}
+
+// user adds a user message; content is JSON (blocks or a string).
+func (b *convBuilder) user(content string) *convBuilder {
+	return b.add(piMessage{role: "user", user: turnlog.UserMessage{Content: json.RawMessage(content), Timestamp: b.tick()}})
+}
+
+func (b *convBuilder) assistant(src turnlog.Adapter, stop turnlog.StopReason, blocks ...turnlog.ContentBlock) *convBuilder {
+	a := turnlog.AssistantMessage{Content: blocks, API: src.API, Provider: src.Provider, Model: src.Model,
+		Usage: json.RawMessage(`{"input":10,"output":5}`), StopReason: stop, Timestamp: b.tick()}
+	if stop == turnlog.StopReasonError {
+		a.ErrorMessage = "provider error"
+	}
+	if a.Content == nil {
+		a.Content = []turnlog.ContentBlock{}
+	}
+	return b.add(piMessage{role: "assistant", assistant: a})
+}
+
+func (b *convBuilder) result(id, name, content string, isError bool) *convBuilder {
+	return b.add(piMessage{role: "toolResult", result: turnlog.ToolResultMessage{ToolCallID: id, ToolName: name,
+		Content: json.RawMessage(content), IsError: isError, Timestamp: b.tick()}})
+}
+
+func (b *convBuilder) done(name string) piConversation {
+	return piConversation{name: name, turns: b.turns}
+}
+
+func newConv() *convBuilder { return &convBuilder{now: 1_700_000_000_000} }
+
+func text(s, sig string) turnlog.ContentBlock {
+	return turnlog.ContentBlock{Type: turnlog.BlockText, Text: s, TextSignature: sig}
+}
+
+func thinking(s, sig string) turnlog.ContentBlock {
+	return turnlog.ContentBlock{Type: turnlog.BlockThinking, Thinking: s, ThinkingSignature: sig}
+}
+
+func redacted(sig string) turnlog.ContentBlock {
+	return turnlog.ContentBlock{Type: turnlog.BlockThinking, Thinking: "[Reasoning redacted]", ThinkingSignature: sig, Redacted: true}
+}
+
+func call(id, name, sig string) turnlog.ContentBlock {
+	return turnlog.ContentBlock{Type: turnlog.BlockToolCall, ID: id, Name: name, Arguments: json.RawMessage(`{"path":"src","depth":2}`), ThoughtSignature: sig}
+}
+
+const (
+	userText  = `[{"type":"text","text":"Find the bug."}]`
+	resultOK  = `[{"type":"text","text":"main.go:12"}]`
+	pngBlock  = `{"type":"image","data":"iVBORw0KGgo=","mimeType":"image/png"}`
+	userImage = `[{"type":"text","text":"What is this?"},` + pngBlock + `,` + pngBlock + `,{"type":"text","text":"and this"},` + pngBlock + `]`
+)
+
+// namedConversations are the cases the issue lists, one conversation each.
+func namedConversations() []piConversation {
+	claude, gpt, gemini, deepseek := piSources[0], piSources[1], piSources[2], piSources[3]
+	haiku, copilot := piSources[4], piSources[5]
+	stop, toolUse, length := turnlog.StopReasonStop, turnlog.StopReasonToolUse, turnlog.StopReasonLength
+	return []piConversation{
+		newConv().turn().user(userText).assistant(claude, stop, text("It is in main.go.", "")).done("text"),
+		newConv().turn().user(`"a plain string"`).assistant(gpt, stop, text("Yes.", "msg_1")).done("string content"),
+		newConv().turn().user(userText).
+			assistant(claude, toolUse, thinking("Grep first.", "sigT"), text("Searching.", "sigX"), call("toolu_1", "grep", "")).
+			result("toolu_1", "grep", resultOK, false).
+			assistant(claude, stop, thinking("Found it.", "sigT2"), text("Line 12.", "")).done("signed thinking and a tool call"),
+		newConv().turn().user(userText).
+			assistant(claude, stop, redacted("opaque-data"), text("Done.", "")).
+			turn().user(userText).assistant(haiku, stop, redacted("opaque-2"), thinking("Plain.", "")).done("redacted thinking"),
+		newConv().turn().user(userText).assistant(gemini, stop, thinking("Unsigned plan.", ""), text("Answer.", "")).done("unsigned thinking"),
+		newConv().turn().user(userText).
+			assistant(claude, stop, thinking("", "sigE"), thinking(" ", ""), thinking("\ufeff", ""), thinking("\u0085", ""),
+				thinking("\u00a0\u2028\t", "sigW"), thinking("\u180e", ""), text("ok", "s")).
+			turn().user(userText).assistant(gpt, stop, thinking("\ufeff", ""), thinking("\u0085", ""), thinking("", "rs_1"), text("ok", "")).
+			done("blank thinking"),
+		newConv().turn().user(userText).
+			assistant(deepseek, toolUse, call("c1", "grep", ""), call("c2", "read", "")).
+			result("c2", "read", resultOK, true).done("a tool call without a result"),
+		newConv().turn().user(userText).
+			assistant(gemini, toolUse, call("dup", "grep", "ts1"), call("dup", "grep", "ts2")).
+			result("dup", "grep", resultOK, false).
+			turn().user(userText).assistant(gemini, toolUse, call("dup2", "ls", ""), call("dup2", "ls", "")).
+			done("duplicate tool-call ids"),
+		newConv().turn().user(userText).
+			assistant(claude, toolUse, call("a1", "grep", "")).result("a1", "grep", resultOK, false).
+			assistant(claude, turnlog.StopReasonAborted, text("I will now", "")).result("a1", "grep", resultOK, false).
+			turn().user(userText).assistant(claude, turnlog.StopReasonError, call("e1", "grep", "")).result("e1", "grep", resultOK, false).
+			turn().user(userText).assistant(claude, stop, text("Recovered.", "")).done("aborted and errored messages"),
+		newConv().turn().user(userText).assistant(claude, toolUse, thinking("T", "s1"), call("x1", "ls", "")).result("x1", "ls", resultOK, false).
+			assistant(gpt, stop, thinking("Reasoned.", `{"type":"reasoning","id":"rs_1"}`), text("A.", "msg_2")).
+			turn().user(userText).assistant(gemini, stop, thinking("G", "gsig"), text("B.", "gsig2")).
+			turn().user(userText).assistant(copilot, stop, thinking("C", "csig"), text("C.", "")).
+			turn().user(userText).assistant(piSources[6], stop, text("D.", "")).
+			turn().user(userText).assistant(piSources[7], stop, thinking("E", "vsig"), text("E.", "")).
+			done("model and provider switches"),
+		newConv().turn().user(userImage).assistant(claude, toolUse, call("img1", "screenshot", "")).
+			result("img1", "screenshot", `[`+pngBlock+`,`+pngBlock+`,{"type":"text","text":"two shots"}]`, false).
+			assistant(claude, stop, text("Two screenshots.", "")).done("images"),
+		newConv().turn().user(userText).assistant(claude, toolUse, thinking("T", "s"), call("n1", "grep", "")).
+			turn().result("n1", "grep", resultOK, false).assistant(claude, stop, text("Done.", "")).
+			done("a toolUse turn answered in the next turn"),
+		newConv().turn().user(userText).assistant(claude, length, thinking("T", "s"), text("Let me", "x"), call("l1", "grep", "c")).
+			turn().user(userText).assistant(claude, stop, text("Done.", "")).done("a length message with a tool call"),
+		newConv().turn().user(userText).assistant(gpt, toolUse, call("u1", "grep", "")).
+			turn().user(userText).result("u1", "grep", resultOK, false).result("nobody", "grep", resultOK, false).
+			assistant(gpt, stop, text("Ok.", "")).done("tool results after the next user message"),
+		newConv().turn().user(userText).assistant(claude, stop).done("empty content"),
+	}
+}
+
+// randomConversation draws a conversation of up to five turns.
+func randomConversation(r *rand.Rand, name string) piConversation {
+	b := newConv()
+	ids := 0
+	newID := func() string {
+		ids++
+		return fmt.Sprintf("call_%d", ids)
+	}
+	pick := func(xs ...string) string { return xs[r.IntN(len(xs))] }
+	sig := func(p float64, prefix string) string {
+		if r.Float64() < p {
+			return fmt.Sprintf("%s_%d", prefix, r.IntN(1000))
+		}
+		return ""
+	}
+	var deferred []turnlog.ContentBlock // calls answered in the next turn
+	turns := 1 + r.IntN(5)
+	for range turns {
+		b.turn()
+		answer := func(calls []turnlog.ContentBlock) {
+			if r.Float64() < 0.3 {
+				r.Shuffle(len(calls), func(i, j int) { calls[i], calls[j] = calls[j], calls[i] })
+			}
+			for _, c := range calls {
+				if r.Float64() < 0.75 {
+					content := resultOK
+					if r.Float64() < 0.1 {
+						content = `[{"type":"text","text":"see"},` + pngBlock + `]`
+					}
+					b.result(c.ID, c.Name, content, r.Float64() < 0.2)
+				}
+				if r.Float64() < 0.08 {
+					b.result(c.ID, c.Name, resultOK, false) // a duplicate
+				}
+			}
+			if r.Float64() < 0.05 {
+				b.result("call_ghost", "grep", resultOK, false)
+			}
+		}
+		if len(deferred) > 0 && r.Float64() < 0.7 {
+			answer(deferred) // the next turn opens with the results
+		}
+		if len(deferred) == 0 || r.Float64() < 0.5 {
+			switch {
+			case r.Float64() < 0.15:
+				b.user(userImage)
+			case r.Float64() < 0.2:
+				b.user(`"go on"`)
+			default:
+				b.user(userText)
+			}
+		}
+		deferred = nil
+		steps := 1 + r.IntN(3)
+		for step := range steps {
+			src := piSources[0]
+			if r.Float64() < 0.5 {
+				src = piSources[r.IntN(len(piSources))]
+			}
+			var blocks []turnlog.ContentBlock
+			for range r.IntN(3) {
+				if r.Float64() < 0.12 {
+					blocks = append(blocks, redacted(fmt.Sprintf("opaque_%d", r.IntN(1000))))
+					continue
+				}
+				blocks = append(blocks, thinking(pick("Plan the search.", "", " ", "\ufeff", "\u0085", "\u00a0\n", "\u3000x"), sig(0.5, "think")))
+			}
+			for range r.IntN(3) {
+				blocks = append(blocks, text(pick("Answer.", "Looking.", "", "\n"), sig(0.3, "text")))
+			}
+			var calls []turnlog.ContentBlock
+			for range r.IntN(4) {
+				id := newID()
+				if ids > 1 && r.Float64() < 0.15 {
+					id = fmt.Sprintf("call_%d", 1+r.IntN(ids-1)) // an id used before
+				}
+				c := call(id, pick("grep", "read", "ls"), sig(0.25, "thought"))
+				calls = append(calls, c)
+				blocks = append(blocks, c)
+			}
+			if r.Float64() < 0.2 {
+				r.Shuffle(len(blocks), func(i, j int) { blocks[i], blocks[j] = blocks[j], blocks[i] })
+			}
+			stop := turnlog.StopReasonStop
+			switch {
+			case r.Float64() < 0.1:
+				stop = turnlog.StopReasonAborted
+			case r.Float64() < 0.07:
+				stop = turnlog.StopReasonError
+			case len(calls) > 0 && r.Float64() < 0.8:
+				stop = turnlog.StopReasonToolUse
+			case r.Float64() < 0.25:
+				stop = turnlog.StopReasonLength
+			}
+			b.assistant(src, stop, blocks...)
+			last := &b.turns[len(b.turns)-1][len(b.turns[len(b.turns)-1])-1]
+			last.cut = stop == turnlog.StopReasonAborted && r.Float64() < 0.5
+			if stop.Interrupted() {
+				if r.Float64() < 0.3 {
+					answer(calls) // results of calls the host ran before the stream broke
+				}
+				break // the turn ends with the interrupted response
+			}
+			if stop == turnlog.StopReasonToolUse && step == steps-1 && r.Float64() < 0.4 {
+				deferred = calls
+				continue
+			}
+			answer(calls)
+			if stop != turnlog.StopReasonToolUse {
+				break
+			}
+		}
+	}
+	return b.done(name)
+}
