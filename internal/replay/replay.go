@@ -24,9 +24,11 @@
 // call left without a result gets a synthetic error result, placed where
 // pi-ai places it: after the real results that followed the call, just
 // before the next user or assistant message (or at the end of the
-// transcript). A tool result that answers no open call is left out and
-// counted (Counts.OrphanToolResults), where pi-ai keeps it: providers reject
-// a result whose call is not in the request.
+// transcript); a message left out, and a response cut off, count as the
+// next assistant message, as pi-ai's aborted messages do. A tool result
+// that answers no open call is left out and counted
+// (Counts.OrphanToolResults), where pi-ai keeps it: providers reject a
+// result whose call is not in the request.
 package replay
 
 import (
@@ -246,6 +248,9 @@ type turnItem struct {
 func (b *Builder) Add(e *turnlog.Event) {
 	b.result.ThroughSeq = e.Seq
 	out := b.assembler.Add(e)
+	for _, p := range out.Partials {
+		b.turn.addPartial(p)
+	}
 	switch e.Type {
 	case turnlog.TypeSessionStart:
 		p, _ := e.SessionStart()
@@ -285,6 +290,22 @@ func (b *Builder) defaultTarget(session turnlog.Adapter) {
 	if t.Model == "" {
 		t.Model = session.Model
 	}
+}
+
+// addPartial puts a response that never completed where it stopped. It
+// stays out of the transcript, but like the aborted message pi-ai keeps for
+// it, it ends the tool calls of the message before it, so a log means the
+// same whether its host streamed the response or wrote the message.
+func (t *turnMessages) addPartial(p assembler.Partial) {
+	if t.hostWrote[p.Response] {
+		return
+	}
+	i := len(t.items)
+	for i > 0 && t.items[i-1].seq > p.Seq {
+		i-- // a stream cut off is only known at its turn's end
+	}
+	t.items = slices.Insert(t.items, i, turnItem{seq: p.Seq, role: "assistant", response: p.Response,
+		assistant: &turnlog.AssistantMessage{StopReason: turnlog.StopReasonAborted}})
 }
 
 // replaceAssembled drops the assembled message of a response the host wrote

@@ -452,6 +452,10 @@ func TestOrphanToolResultsAreCounted(t *testing.T) {
 	}{
 		{"after an aborted message", []string{call("aborted"), toolResult(1, "a")}, "2:user"},
 		{"after an errored message", []string{call("error"), toolResult(1, "a")}, "2:user"},
+		{"after a streamed response that aborted", []string{call("toolUse"), chunk(1, 1, 0, `{"type":"text","text":"I wi"}`), finish(1, 1, "aborted", ""), toolResult(1, "a")},
+			"2:user 3:assistant/foreign 3:toolResult/synthetic"},
+		{"after a stream cut off", []string{call("toolUse"), chunk(1, 1, 0, `{"type":"text","text":"I wi"}`), toolResult(1, "a")},
+			"2:user 3:assistant/foreign 3:toolResult/synthetic"},
 		{"a duplicate", []string{call("toolUse"), toolResult(1, "a"), toolResult(1, "a")}, "2:user 3:assistant/foreign 4:toolResult"},
 		{"after the next user message", []string{call("toolUse"), user(1, "stop"), toolResult(1, "a")}, "2:user 3:assistant/foreign 3:toolResult/synthetic 4:user"},
 		{"for no call", []string{toolResult(1, "a")}, "2:user"},
