@@ -166,6 +166,7 @@ func (r *SessionReconciler) reconcileLog(ctx context.Context, s *sessionScope) e
 func (r *SessionReconciler) reconcileDerived(ctx context.Context, s *sessionScope) error {
 	s.target = adapterOf(s.session.Spec.Adapter)
 	asm, found, err := worker.LoadAssembly(ctx, s.log)
+	found, err = r.believe(ctx, s, worker.TaskAssemble, asm, found, err)
 	if err != nil {
 		s.ready = &condition{turnlogv1.ReasonStoreUnavailable, err.Error()}
 		return err
@@ -175,6 +176,7 @@ func (r *SessionReconciler) reconcileDerived(ctx context.Context, s *sessionScop
 		r.applyAssembly(s)
 	}
 	rep, found, err := worker.LoadReplay(ctx, s.log, s.target)
+	found, err = r.believe(ctx, s, worker.TaskReplay, rep, found, err)
 	if err != nil {
 		s.ready = &condition{turnlogv1.ReasonStoreUnavailable, err.Error()}
 		return err

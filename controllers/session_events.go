@@ -1,9 +1,12 @@
 package controllers
 
 import (
+	"context"
+	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/internal/worker"
@@ -31,14 +34,25 @@ func messageRef(session *turnlogv1.Session, seq int64) *corev1.ObjectReference {
 func (r *SessionReconciler) assemblyEvents(session *turnlogv1.Session, a *worker.Summary) {
 	r.Recorder.Eventf(session, nil, "Normal", turnlogv1.EventAssembled, "Assemble",
 		"assembled through seq %d (%d turns)", a.ThroughSeq, a.Turns)
-	for _, d := range a.New {
+	listed, total := boundedNew(a)
+	for _, d := range listed {
 		r.Recorder.Eventf(messageRef(session, d.Seq), nil, "Warning", turnlogv1.EventEnvelopeDiscarded, "Assemble",
 			"%s", truncate(fmt.Sprintf("seq %d: %s", d.Seq, d.Message), maxNote))
 	}
-	if rest := a.NewTotal - int64(len(a.New)); rest > 0 {
+	if rest := total - int64(len(listed)); rest > 0 {
 		r.Recorder.Eventf(session, nil, "Warning", turnlogv1.EventEnvelopeDiscarded, "Assemble",
-			"%d more replay envelopes discarded in this run (%d in all); status.envelopesDiscarded counts them", rest, a.NewTotal)
+			"%d more replay envelopes discarded in this run (%d in all); status.envelopesDiscarded counts them", rest, total)
 	}
+}
+
+// boundedNew is the diagnostics of a run to raise Events for, at most
+// worker.MaxNewDiagnostics, and how many the run found. The worker bounds
+// its Summary already, but the Summary comes from a checkpoint in the
+// bucket, which anyone who can write the bucket can forge: the bound that
+// protects the API server is enforced here.
+func boundedNew(sum *worker.Summary) ([]worker.Diagnostic, int64) {
+	listed := sum.New[:min(len(sum.New), worker.MaxNewDiagnostics)]
+	return listed, max(sum.NewTotal, int64(len(sum.New)))
 }
 
 // replayEvents reports a finished replay run: a Warning ReplayDegraded per
@@ -48,14 +62,48 @@ func (r *SessionReconciler) assemblyEvents(session *turnlogv1.Session, a *worker
 func (r *SessionReconciler) replayEvents(session *turnlogv1.Session, rep *worker.Summary) {
 	c := rep.Replay
 	adapter := fmt.Sprintf("%s %s/%s/%s", c.Target.Kind, c.Target.API, c.Target.Provider, c.Target.Model)
-	for _, d := range rep.New {
+	listed, total := boundedNew(rep)
+	for _, d := range listed {
 		r.Recorder.Eventf(messageRef(session, d.Seq), nil, "Warning", turnlogv1.EventReplayDegraded, "Replay", "%s",
 			truncate(fmt.Sprintf("seq %d replayed provider-neutral for %s: cause %s: %s", d.Seq, adapter, d.Cause, d.Message), maxNote))
 	}
-	if rest := rep.NewTotal - int64(len(rep.New)); rest > 0 {
+	if rest := total - int64(len(listed)); rest > 0 {
 		r.Recorder.Eventf(session, nil, "Warning", turnlogv1.EventReplayDegraded, "Replay",
-			"%d more messages degraded in this replay run (%d in all, not listed as Events); status.replay.degradedSeqs lists them by cause", rest, rep.NewTotal)
+			"%d more messages degraded in this replay run (%d in all, not listed as Events); status.replay.degradedSeqs lists them by cause", rest, total)
 	}
 	r.Recorder.Eventf(session, nil, "Normal", turnlogv1.EventReplayed, "Replay",
 		"replayed through seq %d for %s: %d native, %d foreign, %d degraded", rep.ThroughSeq, adapter, c.Native, c.Foreign, c.Degraded)
+}
+
+// believe decides whether the checkpoint a task's last run left can be
+// put in status: it must be readable and fit the log's head (see
+// worker.Summary.Check). One that does not is ignored, so the work is done
+// again, and reported once per checkpoint: in the manager's log and as a
+// Warning CheckpointRejected Event. A store error is returned as it is.
+func (r *SessionReconciler) believe(ctx context.Context, s *sessionScope, task worker.Task, sum worker.Summary, found bool, err error) (bool, error) {
+	if err == nil && !found {
+		return false, nil
+	}
+	if err == nil {
+		err = sum.Check(s.head.Head())
+		if err != nil {
+			// A run that just finished may have read a head this
+			// reconcile has not seen.
+			if head, herr := s.log.Head(ctx); herr == nil && head > s.head.Head() {
+				err = sum.Check(head)
+			}
+		}
+		if err == nil {
+			return true, nil
+		}
+	} else if !errors.Is(err, worker.ErrUnusable) {
+		return false, err
+	}
+	msg := truncate(err.Error(), 800)
+	if r.firstReport(s.session, "rejected/"+string(task), msg) {
+		ctrl.LoggerFrom(ctx).Info("ignoring a checkpoint that does not fit the log", "task", task, "problem", err.Error())
+		r.Recorder.Eventf(s.session, nil, "Warning", turnlogv1.EventCheckpointRejected, "Load",
+			"the %s checkpoint beside the log is ignored and the work done again: %s", task, msg)
+	}
+	return false, nil
 }

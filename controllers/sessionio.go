@@ -137,7 +137,8 @@ func (s *SessionIO) log(ctx context.Context, session *turnlogv1.Session) (locate
 }
 
 // write appends events, which start at seq next, in segments of about
-// segmentBytes that end at a turn/end.
+// segmentBytes that end at a turn/end; the appender splits a turn larger
+// than sessionlog.SplitBytes into several segments.
 func (s *SessionIO) write(ctx context.Context, log locatedLog, next int64, events []logEvent) error {
 	appender := log.NewAppender(s.Writer)
 	var batch [][]byte
@@ -147,6 +148,12 @@ func (s *SessionIO) write(ctx context.Context, log locatedLog, next int64, event
 			return nil
 		}
 		if err := appender.AppendAt(ctx, next, batch...); err != nil {
+			// A batch over sessionlog.SplitBytes went in as several
+			// segments; say how far it got.
+			if partial, ok := errors.AsType[*sessionlog.PartialAppendError](err); ok {
+				next += partial.Appended
+				err = partial.Err
+			}
 			var stale *sessionlog.StaleWriterError
 			if errors.As(err, &stale) {
 				return fmt.Errorf("the log of %s moved on while writing: its next seq is %d, not %d; nothing from seq %d on was written", log.where, stale.Next, next, next)

@@ -91,6 +91,10 @@ const (
 	// EventEnvelopeDiscarded (Warning, on the Session): assembly discarded a
 	// response's replay envelope that did not line up with its blocks.
 	EventEnvelopeDiscarded = "EnvelopeDiscarded"
+	// EventCheckpointRejected (Warning, on the Session): a worker checkpoint
+	// beside the log could not be true of the log (too large, unreadable,
+	// or past its head); it is ignored and the work done again.
+	EventCheckpointRejected = "CheckpointRejected"
 	// EventAssembled (Normal, on the Session): an assembly run finished.
 	EventAssembled = "Assembled"
 	// EventReplayed (Normal, on the Session): a replay run finished.

@@ -20,6 +20,9 @@ type Appender struct {
 	log    *Log
 	writer string
 
+	// split is the split size set by SetSplitBytes; 0 for SplitBytes.
+	split int
+
 	mu      sync.Mutex
 	batches uint64
 	// next is the seq the log's next event gets, as far as this appender
@@ -77,6 +80,13 @@ func (l *Log) NewAppender(writer string) *Appender {
 // Appending the same events again, before any others, with the same
 // Appender retries that write idempotently: they end up in the log once.
 // Any other error means they were not appended.
+//
+// A batch larger than the appender's split size (SplitBytes unless
+// SetSplitBytes says otherwise) is written as several consecutive segments;
+// if the log moves on between them, or one's outcome is unknown, the error
+// is a *PartialAppendError saying which events are in: append the rest
+// (the events from Appended on) to go on, which retries an unknown outcome
+// idempotently as above.
 func (a *Appender) Append(ctx context.Context, events ...[]byte) (int64, error) {
 	b, err := prepare(events)
 	if err != nil {
@@ -84,6 +94,32 @@ func (a *Appender) Append(ctx context.Context, events ...[]byte) (int64, error) 
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	pieces := b.split(a.splitBytes())
+	first, err := a.appendSegment(ctx, pieces[0])
+	if err != nil {
+		return 0, err
+	}
+	if err := a.appendRest(ctx, first, pieces); err != nil {
+		return first, err
+	}
+	return first, nil
+}
+
+// appendRest writes the pieces after the first of a split batch whose
+// first piece is at seq first.
+func (a *Appender) appendRest(ctx context.Context, first int64, pieces []batch) error {
+	next := first + int64(len(pieces[0]))
+	for _, p := range pieces[1:] {
+		if err := a.appendSegmentAt(ctx, next, p); err != nil {
+			return &PartialAppendError{First: first, Appended: next - first, Err: err}
+		}
+		next += int64(len(p))
+	}
+	return nil
+}
+
+// appendSegment writes b as one segment at the head.
+func (a *Appender) appendSegment(ctx context.Context, b batch) (int64, error) {
 	u := a.retryOf(b)
 	if err := a.position(ctx, -1); err != nil {
 		if u != nil {
@@ -117,6 +153,11 @@ func (a *Appender) Append(ctx context.Context, events ...[]byte) (int64, error) 
 // where the log's head is: a writer that has fallen behind — the log has
 // events at or after next — gets a *StaleWriterError (ErrStaleWriter)
 // saying where the head is, and so does one that is ahead of the log.
+//
+// A batch larger than the split size is written as consecutive segments
+// from next on; if the log moves on between them, the error is a
+// *PartialAppendError (wrapping the *StaleWriterError) saying which events
+// are in.
 func (a *Appender) AppendAt(ctx context.Context, next int64, events ...[]byte) error {
 	b, err := prepare(events)
 	if err != nil {
@@ -124,6 +165,15 @@ func (a *Appender) AppendAt(ctx context.Context, next int64, events ...[]byte) e
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	pieces := b.split(a.splitBytes())
+	if err := a.appendSegmentAt(ctx, next, pieces[0]); err != nil {
+		return err
+	}
+	return a.appendRest(ctx, next, pieces)
+}
+
+// appendSegmentAt writes b as one segment at next, if that is the head.
+func (a *Appender) appendSegmentAt(ctx context.Context, next int64, b batch) error {
 	if u := a.retryOf(b); u != nil && u.first == next {
 		// The head is past next if the unsure write landed: retry it
 		// at next before judging the writer stale.
@@ -166,6 +216,36 @@ func (a *Appender) stale(ctx context.Context, next, taken int64) error {
 	return &StaleWriterError{Expected: next, Next: a.next}
 }
 
+// SetSplitBytes sets the size at which Append and AppendAt split a batch
+// into several segments: n bytes, at most MaxSegmentBytes - MaxLineBytes so
+// that every segment stays within MaxSegmentBytes; n <= 0 restores
+// SplitBytes. Call it before appending.
+func (a *Appender) SetSplitBytes(n int) {
+	a.split = min(max(n, 0), MaxSegmentBytes-MaxLineBytes)
+}
+
+func (a *Appender) splitBytes() int {
+	if a.split > 0 {
+		return a.split
+	}
+	return SplitBytes
+}
+
+// PartialAppendError: a batch written as several segments stopped after
+// some of them. Its first Appended events are in the log from seq First on;
+// the rest are not, unless Err wraps ErrOutcomeUnknown, which leaves the
+// next segment's fate unknown.
+type PartialAppendError struct {
+	First, Appended int64
+	Err             error
+}
+
+func (e *PartialAppendError) Error() string {
+	return fmt.Sprintf("appended only the first %d events of the batch (seq %d..%d), the rest is not: %v", e.Appended, e.First, e.First+e.Appended-1, e.Err)
+}
+
+func (e *PartialAppendError) Unwrap() error { return e.Err }
+
 // position makes a.next current, reading the head unless a.next already is
 // the expected value (expect < 0: any).
 func (a *Appender) position(ctx context.Context, expect int64) error {
@@ -194,6 +274,9 @@ func (a *Appender) write(ctx context.Context, first int64, b batch, token string
 	l := a.log
 	key := l.segmentKey(first)
 	data := b.render(first)
+	if len(data) > MaxSegmentBytes {
+		return 0, segmentTooLarge(key, int64(len(data)))
+	}
 	md := map[string]string{metaWriter: token}
 	fail := func(err error) (int64, error) {
 		if uncertain {
@@ -250,9 +333,9 @@ func (a *Appender) inspect(ctx context.Context, key string, first int64, token s
 			return 0, true, nil
 		}
 	}
-	_, events, err := a.log.readSegment(ctx, segment{key: key, first: first})
+	n, err := a.log.streamSegment(ctx, segment{key: key, first: first}, nil, func(Event) error { return nil })
 	if err != nil {
 		return 0, false, err
 	}
-	return int64(len(events)), false, nil
+	return n, false, nil
 }

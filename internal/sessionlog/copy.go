@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 
 	"golang.org/x/sync/errgroup"
@@ -19,8 +20,9 @@ const copyConcurrency = 8
 // CopyPrefix makes dst's log hold src's events 0..cut. It never writes to
 // src. Segments that end at or before cut are copied inside the service;
 // only the segment holding cut, if cut is not its last event, is read and
-// written again without its tail. So its cost is a request per segment plus
-// at most one segment's bytes through the process.
+// written again without its tail, in pieces of at most SplitBytes. So its
+// cost is a request per segment plus at most one segment's bytes through
+// the process, of which it holds one piece at a time.
 //
 // dst must be empty, or hold objects written by an earlier CopyPrefix with
 // the same arguments (which is then completed): anything else is
@@ -52,15 +54,20 @@ func (s *Store) CopyPrefix(ctx context.Context, src, dst Location, cut int64) er
 	// i is the segment holding cut, if the log reaches that far.
 	i := sort.Search(len(segs), func(i int) bool { return segs[i].first > cut }) - 1
 	whole := segs[:i]
-	var tail []byte // the rewritten segment i, if cut is inside it
+	var tail []tailPiece // segment i through cut, if cut is inside it
 	if i+1 < len(segs) && segs[i+1].first == cut+1 {
 		whole = segs[:i+1] // cut is a segment boundary: nothing to read
 	} else {
-		data, events, err := from.readSegment(ctx, segs[i])
+		var plan tailPlan
+		n, err := from.streamSegment(ctx, segs[i], func() { plan = tailPlan{} }, func(e Event) error {
+			if e.Seq <= cut {
+				plan.add(e)
+			}
+			return nil
+		})
 		if err != nil {
 			return fail(err)
 		}
-		n := int64(len(events))
 		if i+1 < len(segs) && segs[i].first+n != segs[i+1].first {
 			return fail(boundaryError(segs[i], n, segs[i+1]))
 		}
@@ -70,14 +77,7 @@ func (s *Store) CopyPrefix(ctx context.Context, src, dst Location, cut int64) er
 		case cut == last:
 			whole = segs[:i+1]
 		default:
-			// Lines are in seq order, one per event: keep the first
-			// cut-first+1 of them, byte for byte.
-			keep := cut - segs[i].first + 1
-			end := 0
-			for range keep {
-				end += bytes.IndexByte(data[end:], '\n') + 1
-			}
-			tail = data[:end]
+			tail = plan.done()
 		}
 	}
 
@@ -86,9 +86,8 @@ func (s *Store) CopyPrefix(ctx context.Context, src, dst Location, cut int64) er
 	for _, seg := range whole {
 		want[to.segmentKey(seg.first)] = seg.size
 	}
-	tailKey := to.segmentKey(segs[i].first)
-	if tail != nil {
-		want[tailKey] = int64(len(tail))
+	for _, p := range tail {
+		want[to.segmentKey(p.first)] = p.size
 	}
 	done := map[string]bool{}
 	for o, err := range s.bucket.List(ctx, to.root) {
@@ -112,13 +111,82 @@ func (s *Store) CopyPrefix(ctx context.Context, src, dst Location, cut int64) er
 			return retry(gctx, func() error { return s.bucket.Copy(gctx, dstKey, seg.key) })
 		})
 	}
-	if tail != nil && !done[tailKey] {
-		g.Go(func() error { return writeCopiedTail(gctx, s.bucket, tailKey, tail) })
+	if len(tail) > 0 {
+		// One piece at a time, so the process holds at most one.
+		g.Go(func() error {
+			for _, p := range tail {
+				if key := to.segmentKey(p.first); !done[key] {
+					if err := copyTailPiece(gctx, s.bucket, segs[i].key, key, p); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		})
 	}
 	if err := g.Wait(); err != nil {
 		return fail(err)
 	}
 	return nil
+}
+
+// tailPiece is a run of lines of the segment holding a fork's cut, to be
+// written as one segment of the child: the lines of seqs first.. at byte
+// offset off, size bytes long.
+type tailPiece struct {
+	first, off, size int64
+}
+
+// tailPlan cuts the lines through the cut into pieces of at most
+// SplitBytes (or one longer line), so that copying them holds one piece in
+// memory, not the segment.
+type tailPlan struct {
+	pieces []tailPiece
+	open   tailPiece
+	lines  int
+}
+
+func (t *tailPlan) add(e Event) {
+	n := int64(len(e.Line)) + 1 // and its newline
+	if t.lines > 0 && t.open.size+n > SplitBytes {
+		t.pieces = append(t.pieces, t.open)
+		t.open = tailPiece{first: e.Seq, off: t.open.off + t.open.size}
+		t.lines = 0
+	}
+	if t.lines == 0 {
+		t.open.first = e.Seq
+	}
+	t.open.size += n
+	t.lines++
+}
+
+func (t *tailPlan) done() []tailPiece {
+	if t.lines > 0 {
+		return append(t.pieces, t.open)
+	}
+	return t.pieces
+}
+
+// copyTailPiece reads one piece of the source segment src and creates it
+// as the segment dst.
+func copyTailPiece(ctx context.Context, b store.Bucket, src, dst string, p tailPiece) error {
+	var data []byte
+	err := retry(ctx, func() error {
+		r, err := b.NewRangeReader(ctx, src, p.off, p.size)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		data, err = io.ReadAll(io.LimitReader(r, p.size))
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if int64(len(data)) != p.size || (len(data) > 0 && data[len(data)-1] != '\n') {
+		return &DataError{Key: src, Msg: fmt.Sprintf("changed while being copied: bytes %d..%d are not the lines they were", p.off, p.off+p.size-1)}
+	}
+	return writeCopiedTail(ctx, b, dst, data)
 }
 
 // writeCopiedTail creates the rewritten segment, accepting an identical
@@ -130,13 +198,10 @@ func writeCopiedTail(ctx context.Context, b store.Bucket, key string, data []byt
 		if !errors.Is(err, store.ErrExists) {
 			return err
 		}
-		got, gerr := b.Get(ctx, key)
-		if gerr != nil {
-			return gerr
-		}
-		if !bytes.Equal(got, data) {
+		got, gerr := readLimited(ctx, b, key, int64(len(data)))
+		if _, ok := errors.AsType[*DataError](gerr); ok || (gerr == nil && !bytes.Equal(got, data)) {
 			return fmt.Errorf("%w: %s holds other data", ErrDestinationNotEmpty, key)
 		}
-		return nil
+		return gerr
 	})
 }

@@ -1,8 +1,8 @@
 package sessionlog
 
 import (
+	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"iter"
 	"sort"
@@ -35,7 +35,9 @@ type TurnEnd struct {
 
 // Head finds the log's head without reading the whole log: it lists the
 // segment keys and reads segments backwards from the last one until it has
-// seen a turn/end (or the start of the log).
+// seen a turn/end (or the start of the log). Segments are streamed and
+// summarised as they are read, so a Head holds one line at a time, however
+// large the segments.
 func (l *Log) Head(ctx context.Context) (HeadInfo, error) {
 	segs, err := l.listSegments(ctx)
 	if err != nil {
@@ -44,48 +46,60 @@ func (l *Log) Head(ctx context.Context) (HeadInfo, error) {
 	if len(segs) == 0 {
 		return HeadInfo{}, nil
 	}
-	var tail [][]Event // segments read, last first
-	i := len(segs) - 1
-	for ; i >= 0; i-- {
-		_, events, err := l.readSegment(ctx, segs[i])
+	var tail []segmentSummary // segments read, last first
+	for i := len(segs) - 1; i >= 0; i-- {
+		var sum segmentSummary
+		n, err := l.streamSegment(ctx, segs[i], func() { sum = segmentSummary{} }, func(e Event) error {
+			sum.fold(e)
+			return nil
+		})
 		if err != nil {
 			return HeadInfo{}, fmt.Errorf("head of %s: %w", l.loc, err)
 		}
-		if i+1 < len(segs) && segs[i].first+int64(len(events)) != segs[i+1].first {
-			return HeadInfo{}, fmt.Errorf("head of %s: %w", l.loc, boundaryError(segs[i], int64(len(events)), segs[i+1]))
+		if i+1 < len(segs) && segs[i].first+n != segs[i+1].first {
+			return HeadInfo{}, fmt.Errorf("head of %s: %w", l.loc, boundaryError(segs[i], n, segs[i+1]))
 		}
-		tail = append(tail, events)
-		if hasTurnEnd(events) {
+		sum.n = n
+		tail = append(tail, sum)
+		if sum.lastEnd != nil {
 			break
 		}
 	}
 	last := segs[len(segs)-1]
-	h := HeadInfo{Next: last.first + int64(len(tail[0])), Segments: len(segs)}
+	h := HeadInfo{Next: last.first + tail[0].n, Segments: len(segs)}
 	for j := len(tail) - 1; j >= 0; j-- {
-		for _, e := range tail[j] {
-			h.fold(e)
+		t := tail[j]
+		h.Turns = max(h.Turns, t.turns)
+		switch t.lastMarker {
+		case "turn/start":
+			h.TurnOpen = true
+		case "turn/end":
+			h.TurnOpen = false
+		}
+		if t.lastEnd != nil {
+			h.LastTurnEnd = t.lastEnd
 		}
 	}
 	return h, nil
 }
 
-func hasTurnEnd(events []Event) bool {
-	for _, e := range events {
-		if e.Type == "turn/end" {
-			return true
-		}
-	}
-	return false
+// segmentSummary is what Head keeps of one segment.
+type segmentSummary struct {
+	n     int64
+	turns int64
+	// lastMarker is the type of the segment's last turn/start or turn/end.
+	lastMarker string
+	lastEnd    *TurnEnd
 }
 
-func (h *HeadInfo) fold(e Event) {
-	h.Turns = max(h.Turns, e.Turn)
+func (s *segmentSummary) fold(e Event) {
+	s.turns = max(s.turns, e.Turn)
 	switch e.Type {
 	case "turn/start":
-		h.TurnOpen = true
+		s.lastMarker = e.Type
 	case "turn/end":
-		h.TurnOpen = false
-		h.LastTurnEnd = &TurnEnd{Seq: e.Seq, Turn: e.Turn, Reason: e.Reason}
+		s.lastMarker = e.Type
+		s.lastEnd = &TurnEnd{Seq: e.Seq, Turn: e.Turn, Reason: e.Reason}
 	}
 }
 
@@ -141,30 +155,19 @@ func (l *Log) Read(ctx context.Context, from, through int64) iter.Seq2[Event, er
 // It returns how many events the segment holds, or how many it read before
 // passing through.
 func (l *Log) readRange(ctx context.Context, seg segment, from, through int64, fn func(Event) bool) (int64, error) {
-	var n int64
-	err := retry(ctx, func() error {
-		r, err := l.b.NewRangeReader(ctx, seg.key, 0, -1)
-		if err != nil {
-			return err
+	// A retry starts the segment again; it resumes after what was already
+	// yielded.
+	return l.streamSegment(ctx, seg, nil, func(e Event) error {
+		if e.Seq > through {
+			return errStop
 		}
-		defer r.Close()
-		delivered := from // a retry resumes after what was already yielded
-		n, err = scanSegment(r, seg.key, seg.first, func(e Event) error {
-			if e.Seq > through {
+		if e.Seq >= from {
+			e.Line = bytes.Clone(e.Line)
+			if !fn(e) {
 				return errStop
 			}
-			if e.Seq >= delivered {
-				if !fn(e) {
-					return errStop
-				}
-				from = e.Seq + 1
-			}
-			return nil
-		})
-		return err
+			from = e.Seq + 1
+		}
+		return nil
 	})
-	if errors.Is(err, errStop) {
-		return n, nil
-	}
-	return n, err
 }

@@ -69,16 +69,38 @@ func prepare(events [][]byte) (batch, error) {
 		if h.Type == "" {
 			return nil, fmt.Errorf("append: event %d of the batch has no type", i)
 		}
+		if buf.Len()+seqRoom > MaxLineBytes {
+			return nil, fmt.Errorf("append: event %d of the batch is %d bytes, longer than the line limit of %d MiB", i, buf.Len(), MaxLineBytes>>20)
+		}
 		out[i] = buf.Bytes()
 	}
 	return out, nil
+}
+
+// seqRoom is what a stored line adds to an event: `"seq":N,` and the
+// newline, with room to spare.
+const seqRoom = 30
+
+// split cuts b into batches of at most limit bytes as stored, each of at
+// least one event.
+func (b batch) split(limit int) []batch {
+	var out []batch
+	start, size := 0, 0
+	for i, ev := range b {
+		if i > start && size+len(ev)+seqRoom > limit {
+			out = append(out, b[start:i])
+			start, size = i, 0
+		}
+		size += len(ev) + seqRoom
+	}
+	return append(out, b[start:])
 }
 
 // render gives the segment holding b at seqs first, first+1, ….
 func (b batch) render(first int64) []byte {
 	n := 0
 	for _, ev := range b {
-		n += len(ev) + 30
+		n += len(ev) + seqRoom
 	}
 	out := make([]byte, 0, n)
 	for i, ev := range b {
@@ -96,16 +118,39 @@ var errStop = errors.New("stop")
 
 // scanSegment reads the segment at key, which must hold dense events from
 // first on, and calls fn for each. It returns the number of events read.
+// The events' lines are only valid until fn returns: a caller that keeps
+// one clones it. It holds one line in memory at a time, and refuses a line
+// longer than MaxLineBytes or a segment longer than MaxSegmentBytes, so
+// that no object in the bucket can make a reader hold more.
 func scanSegment(r io.Reader, key string, first int64, fn func(Event) error) (int64, error) {
-	br := bufio.NewReader(r)
+	counted := &countingReader{r: io.LimitReader(r, MaxSegmentBytes+1)}
+	br := bufio.NewReaderSize(counted, 64<<10)
 	var n int64
+	var long []byte // a line longer than the read buffer, assembled
 	for line := 1; ; line++ {
-		raw, err := br.ReadBytes('\n')
+		raw, err := br.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			long = append(long[:0], raw...)
+			for errors.Is(err, bufio.ErrBufferFull) {
+				if len(long) > MaxLineBytes {
+					return n, &DataError{Key: key, Line: line, Seq: first + n, Msg: fmt.Sprintf("line longer than the limit of %d MiB", MaxLineBytes>>20)}
+				}
+				raw, err = br.ReadSlice('\n')
+				long = append(long, raw...)
+			}
+			raw = long
+		}
+		if counted.n > MaxSegmentBytes {
+			return n, segmentTooLarge(key, -1)
+		}
 		if err == io.EOF {
 			return n, atEnd(key, line, first+n, raw)
 		}
 		if err != nil {
 			return n, fmt.Errorf("read %s: %w", key, err)
+		}
+		if len(raw)-1 > MaxLineBytes {
+			return n, &DataError{Key: key, Line: line, Seq: first + n, Msg: fmt.Sprintf("line longer than the limit of %d MiB", MaxLineBytes>>20)}
 		}
 		e, err := parseLine(key, line, first+n, raw[:len(raw)-1])
 		if err != nil {
@@ -118,25 +163,26 @@ func scanSegment(r io.Reader, key string, first int64, fn func(Event) error) (in
 	}
 }
 
-// scanSegmentBytes is scanSegment for a segment already in memory; the
-// events' lines share data.
-func scanSegmentBytes(data []byte, key string, first int64, fn func(Event) error) (int64, error) {
-	var n int64
-	for line := 1; ; line++ {
-		i := bytes.IndexByte(data, '\n')
-		if i < 0 {
-			return n, atEnd(key, line, first+n, data)
-		}
-		e, err := parseLine(key, line, first+n, data[:i:i])
-		if err != nil {
-			return n, err
-		}
-		data = data[i+1:]
-		n++
-		if err := fn(e); err != nil {
-			return n, err
-		}
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// segmentTooLarge reports a segment over MaxSegmentBytes; size < 0 when
+// only reading it found out.
+func segmentTooLarge(key string, size int64) error {
+	what := "more than the maximum"
+	if size >= 0 {
+		what = fmt.Sprintf("%d bytes, more than the maximum", size)
 	}
+	return &DataError{Key: key, Msg: fmt.Sprintf("segment too large: %s of %d bytes (%d MiB)", what, int64(MaxSegmentBytes), MaxSegmentBytes>>20)}
 }
 
 // atEnd checks what follows a segment's last newline.
@@ -206,22 +252,60 @@ func (l *Log) listSegments(ctx context.Context) ([]segment, error) {
 	return segs, nil
 }
 
-// readSegment reads a whole segment and checks it starts at seg.first.
-func (l *Log) readSegment(ctx context.Context, seg segment) ([]byte, []Event, error) {
+// streamSegment reads the segment seg, from its start, calling fn for each
+// event (whose line is only valid during the call), and returns how many
+// events it holds, or how many it read before fn returned errStop. A
+// transient failure restarts the read, so fn must tolerate seeing events
+// again: restart is called before each new attempt. A segment the listing
+// says is too large is refused without reading it.
+func (l *Log) streamSegment(ctx context.Context, seg segment, restart func(), fn func(Event) error) (int64, error) {
+	if seg.size > MaxSegmentBytes {
+		return 0, segmentTooLarge(seg.key, seg.size)
+	}
+	var n int64
+	attempt := 0
+	err := retry(ctx, func() error {
+		if attempt++; attempt > 1 && restart != nil {
+			restart()
+		}
+		r, err := l.b.NewRangeReader(ctx, seg.key, 0, -1)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		n, err = scanSegment(r, seg.key, seg.first, fn)
+		return err
+	})
+	if errors.Is(err, errStop) {
+		return n, nil
+	}
+	return n, err
+}
+
+// readLimited reads a whole object of at most limit bytes; a larger one is
+// a *DataError naming it and its size, and is not read past the limit.
+func readLimited(ctx context.Context, b store.Bucket, key string, limit int64) ([]byte, error) {
 	var data []byte
-	err := retry(ctx, func() (err error) {
-		data, err = l.b.Get(ctx, seg.key)
+	err := retry(ctx, func() error {
+		r, err := b.NewRangeReader(ctx, key, 0, -1)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		data, err = io.ReadAll(io.LimitReader(r, limit+1))
 		return err
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	var events []Event
-	_, err = scanSegmentBytes(data, seg.key, seg.first, func(e Event) error {
-		events = append(events, e)
-		return nil
-	})
-	return data, events, err
+	if int64(len(data)) > limit {
+		size := fmt.Sprintf("more than %d", limit)
+		if attrs, err := b.Attributes(ctx, key); err == nil {
+			size = strconv.FormatInt(attrs.Size, 10)
+		}
+		return nil, &DataError{Key: key, Msg: fmt.Sprintf("object of %s bytes is larger than the limit of %d bytes", size, limit)}
+	}
+	return data, nil
 }
 
 // attempts bounds the tries of one request that keeps failing transiently.

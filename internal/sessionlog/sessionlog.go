@@ -22,10 +22,30 @@ import (
 	"strings"
 
 	"github.com/turnlog/turnlog/internal/store"
+	"github.com/turnlog/turnlog/internal/turnlog"
 )
 
 // metaWriter is the segment metadata key holding the writer token.
 const metaWriter = "turnlog-writer"
+
+// Bounds on what the bucket holds, so that no object a writer (or a
+// tenant) put there can make a reader hold more than a few of them in
+// memory. docs/log-format.md documents them for writers in other languages.
+const (
+	// MaxLineBytes is the longest line of a segment, its newline not
+	// counted: the line limit of the log format.
+	MaxLineBytes = turnlog.MaxLineBytes
+	// MaxSegmentBytes is the largest segment: writers never create a
+	// larger one, and readers refuse one with a *DataError naming it.
+	MaxSegmentBytes = 64 << 20
+	// SplitBytes is where an append splits its batch: events are written
+	// in segments of at most this many bytes (a single larger event, up to
+	// MaxLineBytes, gets a segment of its own). Well below
+	// MaxSegmentBytes, so a batch split at any event boundary fits.
+	SplitBytes = 4 << 20
+	// MaxDerivedBytes is the largest derived object GetDerived returns.
+	MaxDerivedBytes = MaxSegmentBytes
+)
 
 var (
 	// ErrStaleWriter: an append with an expected head found the log's head
@@ -151,14 +171,19 @@ func (l *Log) PutDerived(ctx context.Context, name string, data []byte) error {
 	return nil
 }
 
-// GetDerived returns what PutDerived stored; an error wrapping
-// store.ErrNotFound if nothing was.
-func (l *Log) GetDerived(ctx context.Context, name string) ([]byte, error) {
+// GetDerived returns what PutDerived stored, if it is at most limit bytes
+// (at most MaxDerivedBytes; limit <= 0 means MaxDerivedBytes): a larger
+// object is a *DataError naming it and its size, read no further than the
+// limit. An error wrapping store.ErrNotFound if nothing was stored.
+func (l *Log) GetDerived(ctx context.Context, name string, limit int64) ([]byte, error) {
 	key, err := l.derivedKey(name)
 	if err != nil {
 		return nil, err
 	}
-	data, err := l.b.Get(ctx, key)
+	if limit <= 0 || limit > MaxDerivedBytes {
+		limit = MaxDerivedBytes
+	}
+	data, err := readLimited(ctx, l.b, key, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read derived %q of %s: %w", name, l.loc, err)
 	}

@@ -28,16 +28,21 @@ type assemblyState struct {
 // run, into one derived object per run, and records where the log's head,
 // turns and last turn/end are. It does nothing when the head has not moved.
 func Assemble(ctx context.Context, log Log) (Summary, error) {
-	state := assemblyState{Summary: Summary{Task: TaskAssemble, ThroughSeq: -1, ScannedThrough: -1}}
-	if _, err := loadJSON(ctx, log, assemblyCheckpoint, &state); err != nil {
+	fresh := assemblyState{Summary: Summary{Task: TaskAssemble, ThroughSeq: -1, ScannedThrough: -1}}
+	state := fresh
+	found, err := loadCheckpoint(ctx, log, assemblyCheckpoint, &state)
+	if err != nil && !errors.Is(err, ErrUnusable) {
 		return Summary{}, err
+	}
+	head, herr := log.Head(ctx)
+	if herr != nil {
+		return Summary{}, fmt.Errorf("find the log's head: %w", herr)
+	}
+	if err := resumable(err, found, state.Summary, state.Next, head); err != nil {
+		state = fresh // derived data: assemble the log again
 	}
 	sum := state.Summary
 	sum.New, sum.NewTotal = nil, 0
-	head, err := log.Head(ctx)
-	if err != nil {
-		return Summary{}, fmt.Errorf("find the log's head: %w", err)
-	}
 	if head <= sum.ScannedThrough {
 		return sum, nil
 	}

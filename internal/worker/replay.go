@@ -45,11 +45,21 @@ type replayState struct {
 // whole log's transcript byte for byte.
 func Replay(ctx context.Context, log Log, target turnlog.Adapter) (Summary, error) {
 	dir := replayDir(target)
-	state := replayState{
-		Summary: Summary{Task: TaskReplay, ThroughSeq: -1, Replay: &ReplayCounts{Target: target}},
+	// A function, as the checkpoint is decoded into the counts it points to.
+	fresh := func() replayState {
+		return replayState{Summary: Summary{Task: TaskReplay, ThroughSeq: -1, Replay: &ReplayCounts{Target: target}}}
 	}
-	if _, err := loadJSON(ctx, log, dir+"/checkpoint.json", &state); err != nil {
+	state := fresh()
+	found, err := loadCheckpoint(ctx, log, dir+"/checkpoint.json", &state)
+	if err != nil && !errors.Is(err, ErrUnusable) {
 		return Summary{}, err
+	}
+	head, herr := log.Head(ctx)
+	if herr != nil {
+		return Summary{}, fmt.Errorf("find the log's head: %w", herr)
+	}
+	if err := resumable(err, found, state.Summary, state.Next, head); err != nil || state.Summary.Replay == nil {
+		state = fresh() // derived data: replay the log again
 	}
 	sum := state.Summary
 	sum.New, sum.NewTotal = nil, 0

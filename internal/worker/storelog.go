@@ -34,11 +34,15 @@ func (s StoreLog) Events(ctx context.Context, from int64) (Events, error) {
 	return &storeEvents{next: next, stop: stop, validator: turnlog.NewValidatorAt(from)}, nil
 }
 
-// GetDerived returns a derived object; ErrNotFound when it is absent.
-func (s StoreLog) GetDerived(ctx context.Context, name string) ([]byte, error) {
-	data, err := s.Log.GetDerived(ctx, name)
+// GetDerived returns a derived object of at most limit bytes (at most
+// sessionlog.MaxDerivedBytes); ErrNotFound when it is absent.
+func (s StoreLog) GetDerived(ctx context.Context, name string, limit int64) ([]byte, error) {
+	data, err := s.Log.GetDerived(ctx, name, limit)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("%w: %w", ErrNotFound, err)
+	}
+	if _, ok := errors.AsType[*sessionlog.DataError](err); ok {
+		return nil, fmt.Errorf("%w: %w", ErrUnusable, err)
 	}
 	return data, err
 }

@@ -101,9 +101,24 @@ func truncate(s string, n int) string {
 	return s[:cut] + "…"
 }
 
-// loadJSON reads a derived object into v; found is false when it is absent.
+// maxCheckpointBytes caps a checkpoint read. A real one is a few KiB (its
+// lists are bounded above); a forged one of megabytes of numbers would
+// decode into many times its size.
+const maxCheckpointBytes = 64 << 10
+
+// loadJSON reads a derived object into v, up to the Log's own size cap;
+// found is false when it is absent.
 func loadJSON(ctx context.Context, log Log, name string, v any) (found bool, err error) {
-	data, err := log.GetDerived(ctx, name)
+	return loadJSONLimit(ctx, log, name, 0, v)
+}
+
+// loadCheckpoint reads a checkpoint into v.
+func loadCheckpoint(ctx context.Context, log Log, name string, v any) (found bool, err error) {
+	return loadJSONLimit(ctx, log, name, maxCheckpointBytes, v)
+}
+
+func loadJSONLimit(ctx context.Context, log Log, name string, limit int64, v any) (found bool, err error) {
+	data, err := log.GetDerived(ctx, name, limit)
 	if errors.Is(err, ErrNotFound) {
 		return false, nil
 	}
@@ -111,9 +126,29 @@ func loadJSON(ctx context.Context, log Log, name string, v any) (found bool, err
 		return false, fmt.Errorf("read %s: %w", name, err)
 	}
 	if err := json.Unmarshal(data, v); err != nil {
-		return false, fmt.Errorf("read %s: %w", name, err)
+		return false, fmt.Errorf("read %s: %w: %w", name, ErrUnusable, err)
 	}
 	return true, nil
+}
+
+// resumable reports whether a checkpoint load left a state a run can
+// resume from: nil when it did or when there was none; an error wrapping
+// ErrUnusable when the checkpoint is there but not believable, and the run
+// starts over instead. Any other error (the store failing) is returned as
+// it is and fails the run.
+func resumable(loadErr error, found bool, sum Summary, next, head int64) error {
+	switch {
+	case loadErr != nil:
+		return loadErr
+	case !found:
+		return nil
+	case next < 0 || next > head+1:
+		return fmt.Errorf("%w: %s checkpoint resumes at seq %d, the log's head is seq %d", ErrUnusable, sum.Task, next, head)
+	}
+	if err := sum.Check(head); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnusable, err)
+	}
+	return nil
 }
 
 func storeJSON(ctx context.Context, log Log, name string, v any) error {
@@ -137,7 +172,7 @@ func segmentName(dir string, from int64) string {
 // false before the first run.
 func LoadAssembly(ctx context.Context, log Log) (sum Summary, found bool, err error) {
 	var state assemblyState
-	found, err = loadJSON(ctx, log, assemblyCheckpoint, &state)
+	found, err = loadCheckpoint(ctx, log, assemblyCheckpoint, &state)
 	return state.Summary, found, err
 }
 
@@ -145,6 +180,57 @@ func LoadAssembly(ctx context.Context, log Log) (sum Summary, found bool, err er
 // is false before the first run.
 func LoadReplay(ctx context.Context, log Log, target turnlog.Adapter) (sum Summary, found bool, err error) {
 	var state replayState
-	found, err = loadJSON(ctx, log, replayDir(target)+"/checkpoint.json", &state)
+	found, err = loadCheckpoint(ctx, log, replayDir(target)+"/checkpoint.json", &state)
 	return state.Summary, found, err
+}
+
+// Check reports whether a Summary loaded from a checkpoint can be true of
+// a log whose last event is head: positions at or before the head, counts
+// not negative, lists within their bounds. Checkpoints are stored where
+// anyone who can write the bucket can forge them, so the controller
+// believes one only if it passes, and a run starts over from an empty
+// checkpoint instead of resuming from one that does not.
+func (s Summary) Check(head int64) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%s checkpoint does not fit a log whose head is seq %d: %s", s.Task, head, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case s.ThroughSeq < -1 || s.ThroughSeq > head:
+		return bad("throughSeq is %d", s.ThroughSeq)
+	case s.NewTotal < int64(len(s.New)) || len(s.New) > MaxNewDiagnostics:
+		return bad("%d new diagnostics listed of %d (at most %d are listed)", len(s.New), s.NewTotal, MaxNewDiagnostics)
+	case s.Turns < 0 || s.EnvelopesDiscarded < 0:
+		return bad("negative counts")
+	}
+	for _, d := range s.New {
+		if d.Seq < 0 || d.Seq > head {
+			return bad("a diagnostic names seq %d", d.Seq)
+		}
+	}
+	if s.Task == TaskAssemble {
+		switch {
+		case s.ScannedThrough < s.ThroughSeq || s.ScannedThrough > head:
+			return bad("scannedThrough is %d, throughSeq %d", s.ScannedThrough, s.ThroughSeq)
+		case s.Turns > s.ScannedThrough+1:
+			return bad("%d turns in %d events", s.Turns, s.ScannedThrough+1)
+		case s.LastTurnEnd != nil && s.LastTurnEnd.Seq != s.ThroughSeq:
+			return bad("the last turn/end is seq %d, throughSeq %d", s.LastTurnEnd.Seq, s.ThroughSeq)
+		}
+	}
+	if c := s.Replay; c != nil {
+		if c.Native < 0 || c.Foreign < 0 || c.Degraded < 0 || c.Degraded > c.Native+c.Foreign || c.Native+c.Foreign > s.ThroughSeq+1 {
+			return bad("%d native, %d foreign and %d degraded messages through seq %d", c.Native, c.Foreign, c.Degraded, s.ThroughSeq)
+		}
+		for cause, seqs := range c.DegradedSeqs {
+			if len(seqs) > MaxSeqsPerCause {
+				return bad("%d degraded seqs of cause %q listed (at most %d are)", len(seqs), cause, MaxSeqsPerCause)
+			}
+			for _, seq := range seqs {
+				if seq < 0 || seq > s.ThroughSeq {
+					return bad("degraded seq %d", seq)
+				}
+			}
+		}
+	}
+	return nil
 }

@@ -42,6 +42,11 @@ func ParseTask(s string) (Task, error) {
 // implementation wraps its store's own not-found error in it or returns it.
 var ErrNotFound = errors.New("derived object not found")
 
+// ErrUnusable: a derived object is there but cannot be used: larger than
+// the reader's limit, or not what its name says it holds. It is derived
+// data, so the remedy is to compute it again.
+var ErrUnusable = errors.New("unusable derived object")
+
 // Log is the part of one session's log the worker uses: the raw events,
 // read-only, and a place for derived data beside them.
 type Log interface {
@@ -51,8 +56,10 @@ type Log interface {
 	// Events reads the events from seq from through the head.
 	Events(ctx context.Context, from int64) (Events, error)
 	// GetDerived returns a derived object by name, or an error that
-	// errors.Is ErrNotFound.
-	GetDerived(ctx context.Context, name string) ([]byte, error)
+	// errors.Is ErrNotFound. An object larger than limit bytes (limit <= 0:
+	// the implementation's own cap) is an error, read no further: derived
+	// objects sit where anyone who can write the bucket can forge them.
+	GetDerived(ctx context.Context, name string, limit int64) ([]byte, error)
 	// PutDerived creates or replaces a derived object.
 	PutDerived(ctx context.Context, name string, data []byte) error
 }

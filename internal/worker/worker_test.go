@@ -53,10 +53,13 @@ func (l *memLog) Events(_ context.Context, from int64) (Events, error) {
 	return &memEvents{log: l, next: from}, nil
 }
 
-func (l *memLog) GetDerived(_ context.Context, name string) ([]byte, error) {
+func (l *memLog) GetDerived(_ context.Context, name string, limit int64) ([]byte, error) {
 	data, ok := l.derived[name]
 	if !ok {
 		return nil, ErrNotFound
+	}
+	if limit > 0 && int64(len(data)) > limit {
+		return nil, fmt.Errorf("%w: %s: %d bytes, over the limit of %d", ErrUnusable, name, len(data), limit)
 	}
 	return data, nil
 }

@@ -1,0 +1,109 @@
+package controllers
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/worker"
+)
+
+// Checkpoints sit beside the log, where anyone who can write the bucket
+// can forge them: the manager believes one only if it fits the log, and
+// bounds the Events it raises whatever a checkpoint says.
+var _ = Describe("Forged checkpoints", Ordered, func() {
+	var (
+		ns     string
+		stores *BucketCache
+		sio    *SessionIO
+		stop   func()
+	)
+
+	BeforeAll(func() {
+		ns = newNamespace("forged")
+		stores = &BucketCache{DefaultURL: "mem://"}
+		sio = &SessionIO{Client: k8sClient, Stores: stores}
+		stop = startManager(ns, Config{Stores: stores, WorkerMode: WorkerModeLocal, PollInterval: time.Hour})
+	})
+	AfterAll(func() {
+		stop()
+		Expect(stores.Close()).To(Succeed())
+	})
+
+	// forge replaces the Session's derived object whose key ends in suffix.
+	forge := func(name, suffix string, data []byte) {
+		GinkgoHelper()
+		s := getSession(ns, name)(Default)
+		bucket, err := stores.Bucket(ctx, "")
+		Expect(err).NotTo(HaveOccurred())
+		root, err := sessionLocation(s).Root()
+		Expect(err).NotTo(HaveOccurred())
+		var key string
+		for o, err := range bucket.List(ctx, root+"derived/") {
+			Expect(err).NotTo(HaveOccurred())
+			if strings.HasSuffix(o.Key, suffix) {
+				key = o.Key
+			}
+		}
+		Expect(key).NotTo(BeEmpty(), "no derived object ending in %s", suffix)
+		Expect(bucket.Put(ctx, key, data, nil)).To(Succeed())
+		Expect(sio.nudge(ctx, s)).To(Succeed())
+	}
+
+	It("ignores an assembly checkpoint past the log's head, and assembles again", func() {
+		_, _, err := sio.Import(ctx, ns, "past-head", bytes.NewReader(readLog("tool-call-without-result.jsonl")))
+		Expect(err).NotTo(HaveOccurred())
+		waitReady(ns, "past-head")
+
+		forge("past-head", "assembly/checkpoint.json", []byte(
+			`{"summary":{"task":"assemble","throughSeq":1000,"scannedThrough":1000,"turns":3,"lastTurnEnd":{"seq":1000,"turn":3,"reason":"stop"}},"next":1001,"committedTurns":3}`))
+		Eventually(sessionEvents(ns, "past-head", turnlogv1.EventCheckpointRejected)).Should(ContainElement(
+			HaveField("Note", ContainSubstring("assemble checkpoint does not fit a log whose head is seq 22: throughSeq is 1000"))))
+		Consistently(func(g Gomega) {
+			s := getSession(ns, "past-head")(g)
+			g.Expect(*s.Status.AssembledThroughSeq).To(BeNumerically("<=", 22))
+		}, "2s").Should(Succeed())
+		s := waitReady(ns, "past-head")
+		Expect(*s.Status.AssembledThroughSeq).To(Equal(int64(22)))
+	})
+
+	It("raises at most 10 ReplayDegraded Events and one summary for a checkpoint listing 2,000", func() {
+		_, _, err := sio.Import(ctx, ns, "flood", bytes.NewReader(degradedLog(3)))
+		Expect(err).NotTo(HaveOccurred())
+		waitReady(ns, "flood")
+		Eventually(sessionEvents(ns, "flood", turnlogv1.EventReplayDegraded)).Should(HaveLen(3))
+
+		sum := worker.Summary{Task: worker.TaskReplay, ThroughSeq: 12, NewTotal: 2000,
+			Replay: &worker.ReplayCounts{Foreign: 3, Degraded: 3}}
+		for i := range 2000 {
+			sum.New = append(sum.New, worker.Diagnostic{Seq: int64(i % 12), Cause: "kind", Message: fmt.Sprintf("forged %d", i)})
+		}
+		data, err := json.Marshal(map[string]any{"summary": sum, "next": 13})
+		Expect(err).NotTo(HaveOccurred())
+		forge("flood", "/checkpoint.json", data) // the replay checkpoint sorts after assembly's
+		Eventually(sessionEvents(ns, "flood", turnlogv1.EventCheckpointRejected)).ShouldNot(BeEmpty())
+		Consistently(func(g Gomega) {
+			g.Expect(len(sessionEvents(ns, "flood", turnlogv1.EventReplayDegraded)(g))).To(BeNumerically("<=", 3+worker.MaxNewDiagnostics+1))
+		}, "3s").Should(Succeed())
+		s := waitReady(ns, "flood")
+		Expect(s.Status.Replay.Degraded).To(Equal(int64(3)))
+	})
+})
+
+var _ = Describe("Event bounds", func() {
+	It("lists at most worker.MaxNewDiagnostics of a Summary's diagnostics, whatever it claims", func() {
+		sum := &worker.Summary{NewTotal: 3}
+		for i := range 2000 {
+			sum.New = append(sum.New, worker.Diagnostic{Seq: int64(i)})
+		}
+		listed, total := boundedNew(sum)
+		Expect(listed).To(HaveLen(worker.MaxNewDiagnostics))
+		Expect(total).To(Equal(int64(2000)))
+	})
+})

@@ -1,0 +1,84 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/turnlog/turnlog/internal/turnlog/turnlogtest"
+)
+
+// A checkpoint forged by someone who can write the bucket is not believed:
+// it fails Check against the log's head, and a run starts over instead of
+// resuming from it.
+func TestForgedAssemblyCheckpoint(t *testing.T) {
+	ctx := context.Background()
+	log := newMemLog(t, testLog(t, "tool-call-without-result.jsonl")) // head: seq 22
+	honest, err := Assemble(ctx, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := `{"summary":{"task":"assemble","throughSeq":1000,"scannedThrough":1000,"turns":3,"lastTurnEnd":{"seq":1000,"turn":3,"reason":"stop"}},"next":1001,"committedTurns":3}`
+	log.derived[assemblyCheckpoint] = []byte(forged)
+
+	sum, found, err := LoadAssembly(ctx, log)
+	if err != nil || !found {
+		t.Fatalf("LoadAssembly = %v, %v", found, err)
+	}
+	if err := sum.Check(22); err == nil || !strings.Contains(err.Error(), "head is seq 22") || !strings.Contains(err.Error(), "throughSeq is 1000") {
+		t.Fatalf("Check of a checkpoint through seq 1000 on a head of 22 = %v, want a refusal naming both", err)
+	}
+	again, err := Assemble(ctx, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.ThroughSeq != honest.ThroughSeq || again.ScannedThrough != 22 || again.Turns != honest.Turns {
+		t.Fatalf("assembly after a forged checkpoint = %+v, want it redone: %+v", again, honest)
+	}
+	if sum, _, _ := LoadAssembly(ctx, log); sum.Check(22) != nil {
+		t.Fatalf("the run left a checkpoint that fails Check: %v", sum.Check(22))
+	}
+}
+
+func TestForgedReplayCheckpoint(t *testing.T) {
+	ctx := context.Background()
+	log := newMemLog(t, turnlogtest.Log(200, 7))
+	head, _ := log.Head(ctx)
+	target := turnlogtest.Adapter
+	name := replayDir(target) + "/checkpoint.json"
+
+	// 500 degraded messages listed: more than a run ever lists.
+	var state replayState
+	state.Summary = Summary{Task: TaskReplay, ThroughSeq: head, Replay: &ReplayCounts{Target: target, Foreign: 500, Degraded: 500}, NewTotal: 500}
+	for i := range 500 {
+		state.Summary.New = append(state.Summary.New, Diagnostic{Seq: int64(i % int(head)), Cause: "kind", Message: "x"})
+	}
+	data, _ := json.Marshal(state)
+	log.derived[name] = data
+	sum, found, err := LoadReplay(ctx, log, target)
+	if err != nil || !found {
+		t.Fatalf("LoadReplay = %v, %v", found, err)
+	}
+	if err := sum.Check(head); err == nil {
+		t.Fatal("Check accepted a checkpoint listing 500 new diagnostics")
+	}
+	// Replay runs again from the start instead.
+	rep, err := Replay(ctx, log, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Replay.Foreign+rep.Replay.Native == 500 || len(rep.New) > MaxNewDiagnostics || rep.Check(head) != nil {
+		t.Fatalf("replay after a forged checkpoint = %+v %+v: %v", rep, rep.Replay, rep.Check(head))
+	}
+
+	// A checkpoint larger than any real one is not even read whole.
+	log.derived[name] = []byte(`{"summary":{"task":"replay","throughSeq":1,"replay":{"degradedSeqs":{"kind":[` + strings.Repeat("1,", 100_000) + `1]}}}}`)
+	if _, _, err := LoadReplay(ctx, log, target); !errors.Is(err, ErrUnusable) {
+		t.Fatalf("LoadReplay of a 200 KB checkpoint = %v, want ErrUnusable", err)
+	}
+	if rep2, err := Replay(ctx, log, target); err != nil || rep2.ThroughSeq != rep.ThroughSeq {
+		t.Fatalf("replay after an oversized checkpoint = %+v, %v; want it redone through seq %d", rep2, err, rep.ThroughSeq)
+	}
+}
