@@ -111,13 +111,19 @@ func checkEverySplit(t *testing.T, r *rand.Rand, data []byte, target turnlog.Ada
 				t.Fatalf("%s: run: %v", name, err)
 			}
 			runs++
+			stored, err := LoadTranscript(ctx, log, target)
+			if err != nil {
+				t.Fatalf("%s: read the stored transcript: %v", name, err)
+			}
+			counts := replay.Counts{Native: int(sum.Replay.Native), Foreign: int(sum.Replay.Foreign),
+				Degraded: int(sum.Replay.Degraded), OrphanToolResults: int(sum.Replay.OrphanToolResults)}
+			if counts != stored.Counts {
+				t.Fatalf("%s: the run's summary counts %+v, its stored transcript's %+v", name, counts, stored.Counts)
+			}
 			got, _ := json.Marshal(struct {
 				M []replay.Message
 				C replay.Counts
-			}{storedTranscript(t, log, target), replay.Counts{
-				Native: int(sum.Replay.Native), Foreign: int(sum.Replay.Foreign),
-				Degraded: int(sum.Replay.Degraded), OrphanToolResults: int(sum.Replay.OrphanToolResults),
-			}})
+			}{stored.Messages, stored.Counts})
 			if want := wholeAt(wantSeq(lines[end])); !bytes.Equal(got, want) || sum.ThroughSeq != wantSeq(lines[end]) {
 				t.Fatalf("%s, target %+v, runs stopping after turns %b: after the run through seq %d (summary through %d) the stored transcript differs from a whole replay:\n got %s\nwant %s\nlog:\n%s",
 					name, target, mask, wantSeq(lines[end]), sum.ThroughSeq, got, want, data)

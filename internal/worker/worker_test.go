@@ -188,28 +188,15 @@ func TestReplayInRunsMatchesAWholeReplay(t *testing.T) {
 	}
 }
 
-// storedTranscript reads the transcript the replay runs for target left:
-// the segments' messages in name order, then the synthetic results of the
-// calls still open.
+// storedTranscript is the transcript the replay runs for target stored, as
+// hosts read it.
 func storedTranscript(t *testing.T, log *memLog, target turnlog.Adapter) []replay.Message {
 	t.Helper()
-	dir := replayDir(target) + "/"
-	var messages []replay.Message
-	for _, name := range keys(log.derived) {
-		if !strings.HasPrefix(name, dir) || name == dir+"checkpoint.json" {
-			continue
-		}
-		var seg replay.Result
-		if err := json.Unmarshal(log.derived[name], &seg); err != nil {
-			t.Fatal(err)
-		}
-		messages = append(messages, seg.Messages...)
-	}
-	var state replayState
-	if err := json.Unmarshal(log.derived[dir+"checkpoint.json"], &state); err != nil {
+	tr, err := LoadTranscript(context.Background(), log, target)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return append(messages, state.Open.Unanswered()...)
+	return tr.Messages
 }
 
 // A turn that ends with toolUse is answered by the next turn, which the next
