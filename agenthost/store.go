@@ -137,3 +137,34 @@ func (l *Log) Export(ctx context.Context, w io.Writer) error {
 }
 
 func (l *Log) workerLog() worker.Log { return worker.StoreLog{Log: l.log} }
+
+// importSegmentBytes is roughly how much one segment of an import holds.
+// Segments end at a turn/end, so finding the head reads one or two
+// segments, not the log.
+const importSegmentBytes = 256 << 10
+
+// Import writes events as the log of an empty Session (a pi-coding-agent
+// session read with ReadPiSession, say), in segments that end at a
+// turn/end. If the log is not empty it writes nothing and returns a
+// *StaleWriterError.
+func (l *Log) Import(ctx context.Context, events []Event) error {
+	a := l.AppenderAt(0, AppenderOptions{FlushInterval: -1, NoNudge: true})
+	size := 0
+	for _, e := range events {
+		a.mu.Lock()
+		a.pending = append(a.pending, e)
+		a.mu.Unlock()
+		size += len(e.data)
+		if e.typ == "turn/end" && size >= importSegmentBytes {
+			if err := a.Flush(ctx); err != nil {
+				a.Close(ctx)
+				return err
+			}
+			size = 0
+		}
+	}
+	if err := a.Close(ctx); err != nil {
+		return err
+	}
+	return l.Nudge(ctx)
+}

@@ -40,6 +40,12 @@ const segmentBytes = 256 << 10
 // from r as its log, which must be empty. It returns the Session and the
 // number of events written.
 func (s *SessionIO) Import(ctx context.Context, namespace, name string, r io.Reader) (*turnlogv1.Session, int64, error) {
+	return s.ImportAnnotated(ctx, namespace, name, r, nil)
+}
+
+// ImportAnnotated is Import that also sets annotations on the Session,
+// e.g. where an imported pi-coding-agent session came from.
+func (s *SessionIO) ImportAnnotated(ctx context.Context, namespace, name string, r io.Reader, annotations map[string]string) (*turnlogv1.Session, int64, error) {
 	events, err := readEvents(r, turnlog.NewValidator())
 	if err != nil {
 		return nil, 0, err
@@ -67,7 +73,7 @@ func (s *SessionIO) Import(ctx context.Context, namespace, name string, r io.Rea
 	if err := s.write(ctx, log, 0, events); err != nil {
 		return nil, 0, err
 	}
-	return session, int64(len(events)), s.nudge(ctx, session)
+	return session, int64(len(events)), s.nudge(ctx, session, annotations)
 }
 
 // Append appends the events read from r, a log fragment whose first seq is
@@ -92,7 +98,7 @@ func (s *SessionIO) Append(ctx context.Context, namespace, name string, r io.Rea
 	if err := s.write(ctx, log, head.Next, events); err != nil {
 		return 0, 0, err
 	}
-	return head.Next, int64(len(events)), s.nudge(ctx, session)
+	return head.Next, int64(len(events)), s.nudge(ctx, session, nil)
 }
 
 // Export writes the Session's log to w as JSON Lines.
@@ -176,11 +182,14 @@ func (s *SessionIO) write(ctx context.Context, log locatedLog, next int64, event
 	return flush()
 }
 
-// nudge tells the controller the log changed.
-func (s *SessionIO) nudge(ctx context.Context, session *turnlogv1.Session) error {
+// nudge tells the controller the log changed, setting annotations too.
+func (s *SessionIO) nudge(ctx context.Context, session *turnlogv1.Session, annotations map[string]string) error {
 	patch := client.MergeFrom(session.DeepCopy())
 	if session.Annotations == nil {
 		session.Annotations = map[string]string{}
+	}
+	for k, v := range annotations {
+		session.Annotations[k] = v
 	}
 	session.Annotations[turnlogv1.AnnotationRequestedAt] = time.Now().UTC().Format(time.RFC3339Nano)
 	if err := s.Client.Patch(ctx, session, patch); err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/turnlog/turnlog/agenthost"
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/controllers"
 )
@@ -75,20 +77,43 @@ func (f clusterFlags) sessionIO() (*controllers.SessionIO, string, error) {
 func runImport(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := newFlagSet("import", "FILE|-", stderr)
 	f := addClusterFlags(fs)
+	format := fs.String("format", "turnlog", "format of FILE: turnlog (a turn log, JSON Lines) or pi-session (a pi-coding-agent session file)")
+	leaf := fs.String("leaf", "", "pi-session: the entry id the imported path ends at (default: the file's last entry)")
 	name, code, ok := oneLogArg(fs, args)
 	if !ok {
 		return code
 	}
-	sio, ns, err := f.sessionIO()
-	if err != nil {
-		return fail(stderr, "import", err)
+	if *format != "turnlog" && *format != "pi-session" {
+		return fail(stderr, "import", fmt.Errorf("--format %q: want turnlog or pi-session", *format))
+	}
+	if *leaf != "" && *format != "pi-session" {
+		return fail(stderr, "import", errors.New("--leaf is for --format pi-session"))
 	}
 	in, err := openLog(name, stdin)
 	if err != nil {
 		return fail(stderr, "import", err)
 	}
 	defer in.Close()
-	_, n, err := sio.Import(ctx, ns, *f.session, bufio.NewReader(in))
+	var log io.Reader = bufio.NewReader(in)
+	var annotations map[string]string
+	if *format == "pi-session" {
+		// Converted before anything is written, so a bad file leaves no
+		// Session behind.
+		s, err := agenthost.ReadPiSession(log, logName(name), *leaf)
+		if err != nil {
+			return fail(stderr, "import", err)
+		}
+		var buf bytes.Buffer
+		if err := s.WriteLog(&buf); err != nil {
+			return fail(stderr, "import", err)
+		}
+		log, annotations = &buf, s.Annotations()
+	}
+	sio, ns, err := f.sessionIO()
+	if err != nil {
+		return fail(stderr, "import", err)
+	}
+	_, n, err := sio.ImportAnnotated(ctx, ns, *f.session, log, annotations)
 	if err != nil {
 		return fail(stderr, "import", fmt.Errorf("%s: %w", logName(name), err))
 	}

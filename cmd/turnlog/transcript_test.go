@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/turnlog/turnlog/agenthost"
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/internal/sessionlog"
 	"github.com/turnlog/turnlog/internal/store"
@@ -80,7 +83,7 @@ func turns(t *testing.T, log string) []string {
 	return parts
 }
 
-// TestTranscriptIsReplayOfExport: a Session is written turn by turn with
+// transcriptIsReplayOfExport: a Session is written turn by turn with
 // `turnlog import` and `turnlog append`, the replay worker runs after each
 // write (as the manager runs it after each nudge), and `turnlog transcript`
 // then prints exactly the bytes `turnlog replay` prints for the exported
@@ -88,8 +91,13 @@ func turns(t *testing.T, log string) []string {
 // envelope, a model switch), aborted turns, tool calls without results,
 // truncated tool calls, unknown events, and a fork's child log; for the
 // default target and for a Session with its own spec.adapter.
-func TestTranscriptIsReplayOfExport(t *testing.T) {
+func TestSessionCommands(t *testing.T) {
 	kube, kubeconfig := startAPIServer(t)
+	t.Run("transcript is replay of export", func(t *testing.T) { transcriptIsReplayOfExport(t, kube, kubeconfig) })
+	t.Run("import pi-session", func(t *testing.T) { importPiSession(t, kube, kubeconfig) })
+}
+
+func transcriptIsReplayOfExport(t *testing.T, kube client.Client, kubeconfig string) {
 	dir := t.TempDir()
 	storeURL := "file://" + dir
 	bucket, err := store.Open(context.Background(), storeURL, nil)
@@ -176,5 +184,81 @@ func TestTranscriptIsReplayOfExport(t *testing.T) {
 	_, errOut, code := cli(t, "", append([]string{"transcript", "--session", "nope"}, k...)...)
 	if code != 1 || !strings.HasPrefix(errOut, `turnlog transcript: Session default/nope: `) || !strings.Contains(errOut, "not found") || strings.Count(errOut, "\n") != 1 {
 		t.Errorf("missing Session: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// importPiSession imports the session files pi-coding-agent's own
+// SessionManager wrote (test/pi/make-sessions.mjs): the log is the
+// package's conversion of the file, the Session records where the pi
+// session came from, --leaf picks a branch, and a bad file is one line
+// naming its line and field and leaves no Session behind.
+func importPiSession(t *testing.T, kube client.Client, kubeconfig string) {
+	const piDir = "../../test/pi"
+	if _, err := os.Stat(filepath.Join(piDir, "node_modules", "@mariozechner", "pi-coding-agent")); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("pi-coding-agent is not installed in %s (run `make pi-deps`)", piDir)
+		}
+		t.Skip("pi-coding-agent is not installed; run `make pi-deps`")
+	}
+	dir := t.TempDir()
+	cmd := exec.Command("node", "make-sessions.mjs", dir)
+	cmd.Dir = piDir
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("node make-sessions.mjs: %v", err)
+	}
+	var cases []struct {
+		Name, File, ParentSession string
+		Leaf                      *string
+		Messages                  []json.RawMessage
+	}
+	if err := json.Unmarshal(out, &cases); err != nil {
+		t.Fatal(err)
+	}
+	k := []string{"--kubeconfig", kubeconfig, "-n", "default", "--store-url", "file://" + t.TempDir()}
+	for _, pc := range cases {
+		name := "pi-" + pc.Name
+		args := append([]string{"import", "--format", "pi-session", "--session", name}, k...)
+		leaf := ""
+		if pc.Leaf != nil {
+			leaf = *pc.Leaf
+			args = append(args, "--leaf", leaf)
+		}
+		got := runOK(t, "", append(args, pc.File)...)
+		f, err := os.Open(pc.File)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := agenthost.ReadPiSession(f, pc.File, leaf)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprintf("session/%s: imported %d events into namespace default\n", name, len(s.Events)); got != want {
+			t.Errorf("%s: stdout %q, want %q", pc.Name, got, want)
+		}
+		var want strings.Builder
+		s.WriteLog(&want)
+		if exported := runOK(t, "", append([]string{"export", "--session", name}, k...)...); exported != want.String() {
+			t.Errorf("%s: the exported log is not the converted file", pc.Name)
+		}
+		session := &turnlogv1.Session{}
+		if err := kube.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: name}, session); err != nil {
+			t.Fatal(err)
+		}
+		if a := session.Annotations; a[agenthost.AnnotationPiSession] != s.ID || a[agenthost.AnnotationPiParentSession] != pc.ParentSession {
+			t.Errorf("%s: annotations %v, want pi session %q, parent %q", pc.Name, a, s.ID, pc.ParentSession)
+		}
+	}
+
+	bad := filepath.Join(dir, "bad.jsonl")
+	os.WriteFile(bad, []byte(`{"type":"session","version":3,"id":"b"}`+"\n"+`{"type":"message","id":"m1","parentId":"gone","message":{"role":"user","content":"x"}}`+"\n"), 0o644)
+	_, errOut, code := cli(t, "", append([]string{"import", "--format", "pi-session", "--session", "pi-bad"}, append(k, bad)...)...)
+	if want := "turnlog import: " + bad + `: line 2: parentId: no entry "gone" in the file` + "\n"; code != 1 || errOut != want {
+		t.Errorf("bad file: exit %d, stderr %q; want exit 1, %q", code, errOut, want)
+	}
+	err = kube.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: "pi-bad"}, &turnlogv1.Session{})
+	if err == nil {
+		t.Errorf("a bad file left a Session behind")
 	}
 }

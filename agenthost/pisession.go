@@ -1,0 +1,527 @@
+package agenthost
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/turnlog/turnlog/internal/turnlog"
+)
+
+// PiSessionVersion is the newest pi-coding-agent session file version
+// ReadPiSession reads (pi-coding-agent 0.73.1 writes version 3).
+const PiSessionVersion = 3
+
+// PiSession is a pi-coding-agent session file turned into a turn log.
+type PiSession struct {
+	// ID, Cwd and ParentSession are the header's: ParentSession is the
+	// file a branched or forked session came from ("" for none).
+	ID, Cwd, ParentSession string
+	// Version is the file's version before migration (1, 2 or 3).
+	Version int
+	// Leaf is the id of the entry the imported path ends at.
+	Leaf string
+	// Events are the log: the entries on the path from the root to Leaf.
+	Events []Event
+	// Lines are the file lines Events come from (0 for events turnlog
+	// adds: session/start, turn/start, turn/end).
+	Lines []int
+}
+
+// ReadPiSession reads a pi-coding-agent session file (JSON Lines: a
+// {"type":"session"} header, then entries linked by id and parentId into a
+// tree) and returns the path from the root to leaf — the file's last entry
+// when leaf is "", as pi-coding-agent resumes it — as a turn log:
+//
+//   - a session/start whose adapter is the first assistant message's api,
+//     provider and model (kind pi-ai), the header kept in its "piSession";
+//   - each user message opens a turn (user/message); assistant messages
+//     become assistant/message events carrying pi's message verbatim, its
+//     inline thinkingSignature, textSignature and thoughtSignature included;
+//     tool results become tool/result events;
+//   - a turn ends (turn/end) before the next user message and at the end,
+//     with the stop reason of its last assistant message, or aborted if it
+//     has none;
+//   - every other entry (model and thinking-level changes, compactions,
+//     branch summaries, labels, custom entries, messages of other roles) is
+//     kept as an event of type "pi/<entry type>" holding the entry.
+//
+// Every event from an entry carries the entry's id and parentId in
+// "piEntry". Versions 1 and 2 are migrated as pi-coding-agent migrates
+// them: version 1 entries are chained in file order (with ids "v1-<line>"),
+// and version 2's hookMessage role becomes custom. name names the file in
+// errors, which give its line and field, e.g.
+// `chat.jsonl: line 7: parentId: no entry "a1b2c3d4" in the file`.
+func ReadPiSession(r io.Reader, name string, leaf string) (*PiSession, error) {
+	entries, header, err := readPiEntries(r, name)
+	if err != nil {
+		return nil, err
+	}
+	s := &PiSession{ID: header.ID, Cwd: header.Cwd, ParentSession: header.ParentSession, Version: header.Version}
+	path, err := piPath(entries, name, leaf)
+	if err != nil {
+		return nil, err
+	}
+	if len(path) > 0 {
+		s.Leaf = path[len(path)-1].ID
+	}
+	if err := s.convert(header, path, name); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+type piHeader struct {
+	ID            string `json:"id"`
+	Cwd           string `json:"cwd"`
+	ParentSession string `json:"parentSession"`
+	Version       int    `json:"-"`
+	raw           json.RawMessage
+}
+
+// piEntry is one entry with the members turnlog reads; raw is the line.
+type piEntry struct {
+	Type      string          `json:"type"`
+	ID        string          `json:"id"`
+	ParentID  *string         `json:"parentId"`
+	Timestamp string          `json:"timestamp"`
+	Message   json.RawMessage `json:"message"`
+	line      int
+	raw       json.RawMessage
+}
+
+type piMessage struct {
+	Role       string          `json:"role"`
+	Content    json.RawMessage `json:"content"`
+	ToolCallID string          `json:"toolCallId"`
+	ToolName   string          `json:"toolName"`
+	IsError    bool            `json:"isError"`
+	Details    json.RawMessage `json:"details"`
+	API        string          `json:"api"`
+	Provider   string          `json:"provider"`
+	Model      string          `json:"model"`
+	StopReason string          `json:"stopReason"`
+	Timestamp  json.RawMessage `json:"timestamp"`
+}
+
+// messageTime is the message's own timestamp (Unix milliseconds, as pi-ai
+// stamps messages), which replay gives back to user messages and tool
+// results; else the entry's.
+func messageTime(m piMessage, entry string) string {
+	ms, err := strconv.ParseInt(string(m.Timestamp), 10, 64)
+	if err != nil {
+		return entry
+	}
+	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z07:00")
+}
+
+func lineErr(name string, line int, field, format string, args ...any) error {
+	if field == "" {
+		return fmt.Errorf("%s: line %d: %s", name, line, fmt.Sprintf(format, args...))
+	}
+	return fmt.Errorf("%s: line %d: %s: %s", name, line, field, fmt.Sprintf(format, args...))
+}
+
+// readPiEntries reads and migrates the file's entries.
+func readPiEntries(r io.Reader, name string) ([]*piEntry, piHeader, error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	var header piHeader
+	var entries []*piEntry
+	headerLine := 0
+	for line := 1; ; line++ {
+		raw, err := br.ReadBytes('\n')
+		if err != nil && !errors.Is(err, io.EOF) {
+			return nil, header, fmt.Errorf("%s: line %d: %w", name, line, err)
+		}
+		if len(raw) == 0 && errors.Is(err, io.EOF) {
+			break
+		}
+		raw = bytes.TrimSpace(raw)
+		if len(raw) > 0 {
+			if e := parsePiLine(raw, name, line, headerLine == 0, &header); e != nil {
+				if e.err != nil {
+					return nil, header, e.err
+				}
+				entries = append(entries, e.entry)
+			} else {
+				headerLine = line
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+	}
+	if headerLine == 0 {
+		return nil, header, fmt.Errorf(`%s: line 1: type: no {"type":"session"} header: not a pi-coding-agent session file`, name)
+	}
+	if header.Version > PiSessionVersion {
+		return nil, header, lineErr(name, headerLine, "version", "%d is newer than this reader (%d)", header.Version, PiSessionVersion)
+	}
+	seen := map[string]int{}
+	for i, e := range entries {
+		if header.Version < 2 {
+			// Version 1 has no tree: entries follow each other.
+			e.ID = "v1-" + strconv.Itoa(e.line)
+			if i > 0 {
+				prev := entries[i-1].ID
+				e.ParentID = &prev
+			}
+		} else if e.ID == "" {
+			return nil, header, lineErr(name, e.line, "id", "missing: a version %d entry needs an id", header.Version)
+		}
+		if l, dup := seen[e.ID]; dup {
+			return nil, header, lineErr(name, e.line, "id", "%q is already the id of line %d", e.ID, l)
+		}
+		seen[e.ID] = e.line
+	}
+	return entries, header, nil
+}
+
+type parsed struct {
+	entry *piEntry
+	err   error
+}
+
+// parsePiLine decodes one line; nil means it was the header.
+func parsePiLine(raw []byte, name string, line int, wantHeader bool, header *piHeader) *parsed {
+	fail := func(field, format string, args ...any) *parsed {
+		return &parsed{err: lineErr(name, line, field, format, args...)}
+	}
+	if !json.Valid(raw) || raw[0] != '{' {
+		return fail("", "not a JSON object")
+	}
+	var e piEntry
+	if err := json.Unmarshal(raw, &e); err != nil {
+		return fail(jsonField(err), "%v", err)
+	}
+	if wantHeader {
+		if e.Type != "session" {
+			return fail("type", `%q: the first line must be the {"type":"session"} header`, e.Type)
+		}
+		var h struct {
+			ID      *string         `json:"id"`
+			Version json.RawMessage `json:"version"`
+		}
+		if err := json.Unmarshal(raw, header); err != nil {
+			return fail(jsonField(err), "%v", err)
+		}
+		_ = json.Unmarshal(raw, &h)
+		if h.ID == nil {
+			return fail("id", "missing: the header needs the session's id")
+		}
+		header.Version = 1
+		if h.Version != nil && string(h.Version) != "null" {
+			v, err := strconv.Atoi(string(h.Version))
+			if err != nil || v < 1 {
+				return fail("version", "%s: want a positive integer", h.Version)
+			}
+			header.Version = v
+		}
+		header.raw = append(json.RawMessage(nil), raw...)
+		return nil
+	}
+	switch {
+	case e.Type == "":
+		return fail("type", "missing")
+	case e.Type == "session":
+		return fail("type", `a second {"type":"session"} header`)
+	case e.Timestamp != "":
+		if _, err := time.Parse(time.RFC3339Nano, e.Timestamp); err != nil {
+			return fail("timestamp", "%q is not an RFC 3339 time", e.Timestamp)
+		}
+	}
+	e.line, e.raw = line, append(json.RawMessage(nil), raw...)
+	if e.Type == "message" && e.Message == nil {
+		return fail("message", "missing")
+	}
+	return &parsed{entry: &e}
+}
+
+// jsonField names the member a decoding error is about.
+func jsonField(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field != "" {
+		return te.Field
+	}
+	return ""
+}
+
+// piPath returns the entries from the root to leaf.
+func piPath(entries []*piEntry, name, leaf string) ([]*piEntry, error) {
+	if len(entries) == 0 {
+		if leaf != "" {
+			return nil, fmt.Errorf("%s: --leaf %q: the file has no entries", name, leaf)
+		}
+		return nil, nil
+	}
+	byID := make(map[string]*piEntry, len(entries))
+	for _, e := range entries {
+		byID[e.ID] = e
+	}
+	cur := entries[len(entries)-1]
+	if leaf != "" {
+		if cur = byID[leaf]; cur == nil {
+			return nil, fmt.Errorf("%s: --leaf %q: no entry with that id", name, leaf)
+		}
+	}
+	var path []*piEntry
+	for steps := 0; cur != nil; steps++ {
+		if steps > len(entries) {
+			return nil, lineErr(name, cur.line, "parentId", "the entries' parents form a cycle")
+		}
+		path = append(path, cur)
+		if cur.ParentID == nil || *cur.ParentID == "" {
+			break
+		}
+		parent := byID[*cur.ParentID]
+		if parent == nil {
+			return nil, lineErr(name, cur.line, "parentId", "no entry %q in the file", *cur.ParentID)
+		}
+		cur = parent
+	}
+	for i, j := 0, len(path)-1; i < j; i, j = i+1, j-1 {
+		path[i], path[j] = path[j], path[i]
+	}
+	return path, nil
+}
+
+// convert builds the events of path.
+func (s *PiSession) convert(header piHeader, path []*piEntry, name string) error {
+	adapter := Adapter{Kind: turnlog.EnvelopeKindPiAI}
+	msgs := make([]piMessage, len(path))
+	var err error
+	for i, e := range path {
+		if e.Type != "message" {
+			continue
+		}
+		if err := json.Unmarshal(e.Message, &msgs[i]); err != nil {
+			return lineErr(name, e.line, "message."+jsonField(err), "%v", err)
+		}
+		if msgs[i].Role == "hookMessage" && header.Version < 3 {
+			// pi-coding-agent's v2 → v3 migration.
+			msgs[i].Role = "custom"
+			if e.raw, err = withRole(e.raw, "custom"); err != nil {
+				return lineErr(name, e.line, "message", "%v", err)
+			}
+		}
+		if m := msgs[i]; m.Role == "assistant" && adapter.Model == "" {
+			adapter.API, adapter.Provider, adapter.Model = m.API, m.Provider, m.Model
+		}
+	}
+	s.add(0, map[string]any{"type": turnlog.TypeSessionStart, "adapter": adapter, "piSession": header.raw})
+
+	turn, response := int64(0), 0
+	open, reason := false, StopReasonAborted
+	start := func(e *piEntry) {
+		turn++
+		open, reason, response = true, StopReasonAborted, 0
+		s.add(0, map[string]any{"type": turnlog.TypeTurnStart, "turn": turn, "time": e.Timestamp})
+	}
+	end := func(at string) {
+		if open {
+			s.add(0, map[string]any{"type": turnlog.TypeTurnEnd, "turn": turn, "time": at, "reason": reason})
+			open = false
+		}
+	}
+	last := ""
+	for i, e := range path {
+		m := msgs[i]
+		ref := map[string]any{"id": e.ID, "parentId": e.ParentID}
+		ev := map[string]any{"time": e.Timestamp, "piEntry": ref}
+		switch {
+		case e.Type == "message" && m.Role == "user":
+			end(e.Timestamp)
+			start(e)
+			ev["type"], ev["content"], ev["time"] = turnlog.TypeUserMessage, m.Content, messageTime(m, e.Timestamp)
+		case e.Type == "message" && m.Role == "assistant":
+			if !open {
+				start(e)
+			}
+			if err := checkAssistant(e.Message); err != nil {
+				return lineErr(name, e.line, "message", "%v", err)
+			}
+			ev["type"], ev["response"], ev["message"] = turnlog.TypeAssistantMessage, response, e.Message
+			response++
+			reason = StopReason(m.StopReason)
+			if !validStop(reason) {
+				return lineErr(name, e.line, "message.stopReason", "%q is not a pi-ai stop reason", m.StopReason)
+			}
+		case e.Type == "message" && m.Role == "toolResult":
+			if !open {
+				start(e)
+			}
+			if m.ToolCallID == "" {
+				return lineErr(name, e.line, "message.toolCallId", "missing")
+			}
+			ev["type"], ev["toolCallId"], ev["toolName"], ev["content"], ev["isError"] = turnlog.TypeToolResult, m.ToolCallID, m.ToolName, m.Content, m.IsError
+			ev["time"] = messageTime(m, e.Timestamp)
+			if m.Details != nil {
+				ev["details"] = m.Details
+			}
+		default:
+			ev["type"], ev["entry"] = "pi/"+e.Type, e.raw
+		}
+		if open {
+			ev["turn"] = turn
+		}
+		if e.Timestamp == "" {
+			delete(ev, "time")
+		}
+		s.add(e.line, ev)
+		if e.Timestamp != "" {
+			last = e.Timestamp
+		}
+	}
+	end(last)
+	return s.check(name)
+}
+
+// withRole returns the entry with its message's role replaced.
+func withRole(entry json.RawMessage, role string) (json.RawMessage, error) {
+	var e map[string]json.RawMessage
+	if err := json.Unmarshal(entry, &e); err != nil {
+		return nil, err
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(e["message"], &m); err != nil {
+		return nil, err
+	}
+	m["role"], _ = json.Marshal(role)
+	e["message"], _ = json.Marshal(m)
+	return json.Marshal(e)
+}
+
+func validStop(r StopReason) bool {
+	switch r {
+	case StopReasonStop, StopReasonLength, StopReasonToolUse, StopReasonError, StopReasonAborted:
+		return true
+	}
+	return false
+}
+
+// checkAssistant checks that pi's message has the shape turnlog reads.
+func checkAssistant(raw json.RawMessage) error {
+	var m turnlog.AssistantMessage
+	return json.Unmarshal(raw, &m)
+}
+
+func (s *PiSession) add(line int, v map[string]any) {
+	for k, x := range v {
+		if str, ok := x.(string); ok && str == "" && k == "time" {
+			delete(v, k)
+		}
+	}
+	typ, _ := v["type"].(turnlog.EventType)
+	if typ == "" {
+		t, _ := v["type"].(string)
+		typ = turnlog.EventType(t)
+	}
+	data, err := orderedEvent(v).MarshalJSON()
+	if err != nil {
+		// Every value is a Go value or JSON read from the file.
+		panic(fmt.Sprintf("agenthost: encode %s event: %v", typ, err))
+	}
+	s.Events = append(s.Events, Event{typ: string(typ), data: data})
+	s.Lines = append(s.Lines, line)
+}
+
+// orderedEvent puts type, turn and time first, as hosts write them, so the
+// log reads naturally; the rest follow in a fixed order.
+type orderedEvent map[string]any
+
+func (o orderedEvent) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	buf.WriteByte('{')
+	n := 0
+	write := func(k string) error {
+		v, ok := o[k]
+		if !ok {
+			return nil
+		}
+		if n > 0 {
+			buf.WriteByte(',')
+		}
+		n++
+		fmt.Fprintf(&buf, "%q:", k)
+		if raw, ok := v.(json.RawMessage); ok {
+			// pi's own JSON, byte for byte (json.Marshal would escape
+			// <, > and & in it).
+			return json.Compact(&buf, raw)
+		}
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(v); err != nil {
+			return err
+		}
+		buf.Truncate(buf.Len() - 1) // Encode's newline
+		return nil
+	}
+	for _, k := range []string{"type", "turn", "time", "adapter", "response", "content", "toolCallId", "toolName", "isError", "details", "message", "reason", "entry", "piSession", "piEntry"} {
+		if err := write(k); err != nil {
+			return nil, err
+		}
+	}
+	buf.WriteByte('}')
+	return buf.Bytes(), nil
+}
+
+// check runs the log through turnlog's structure check, naming the file
+// line an event came from.
+func (s *PiSession) check(name string) error {
+	v := turnlog.NewValidator()
+	for i, ev := range s.Events {
+		line := withSeq(ev.data, int64(i))
+		e, err := turnlog.DecodeEvent(line)
+		if err == nil {
+			err = v.Check(&e)
+		}
+		if err != nil {
+			if s.Lines[i] > 0 {
+				return fmt.Errorf("%s: line %d: %w", name, s.Lines[i], err)
+			}
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+func withSeq(data []byte, seq int64) []byte {
+	out := fmt.Appendf(nil, `{"seq":%d,`, seq)
+	return append(out, data[1:]...)
+}
+
+// WriteLog writes the session as a log file (JSON Lines with seqs), the
+// input of `turnlog import`, `turnlog replay` and the other offline tools.
+func (s *PiSession) WriteLog(w io.Writer) error {
+	bw := bufio.NewWriter(w)
+	for i, ev := range s.Events {
+		bw.Write(withSeq(ev.data, int64(i)))
+		bw.WriteByte('\n')
+	}
+	return bw.Flush()
+}
+
+// Annotations `turnlog import --format pi-session` sets on the Session, so
+// a resumed or forked pi session can be traced to the file it came from.
+const (
+	// AnnotationPiSession is the pi session's id (its header's id).
+	AnnotationPiSession = "turnlog.dev/pi-session"
+	// AnnotationPiParentSession is the header's parentSession: the session
+	// file a branched or forked pi session was made from.
+	AnnotationPiParentSession = "turnlog.dev/pi-parent-session"
+)
+
+// Annotations returns the annotations that record where the session came
+// from.
+func (s *PiSession) Annotations() map[string]string {
+	a := map[string]string{AnnotationPiSession: s.ID}
+	if s.ParentSession != "" {
+		a[AnnotationPiParentSession] = s.ParentSession
+	}
+	return a
+}
