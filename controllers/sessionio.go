@@ -73,7 +73,7 @@ func (s *SessionIO) ImportAnnotated(ctx context.Context, namespace, name string,
 	if err := s.write(ctx, log, 0, events); err != nil {
 		return nil, 0, err
 	}
-	return session, int64(len(events)), s.nudge(ctx, session, annotations)
+	return session, int64(len(events)), s.nudgeWith(ctx, session, annotations)
 }
 
 // Append appends the events read from r, a log fragment whose first seq is
@@ -98,7 +98,7 @@ func (s *SessionIO) Append(ctx context.Context, namespace, name string, r io.Rea
 	if err := s.write(ctx, log, head.Next, events); err != nil {
 		return 0, 0, err
 	}
-	return head.Next, int64(len(events)), s.nudge(ctx, session, nil)
+	return head.Next, int64(len(events)), s.nudge(ctx, session)
 }
 
 // Export writes the Session's log to w as JSON Lines.
@@ -182,8 +182,13 @@ func (s *SessionIO) write(ctx context.Context, log locatedLog, next int64, event
 	return flush()
 }
 
-// nudge tells the controller the log changed, setting annotations too.
-func (s *SessionIO) nudge(ctx context.Context, session *turnlogv1.Session, annotations map[string]string) error {
+// nudge tells the controller the log changed.
+func (s *SessionIO) nudge(ctx context.Context, session *turnlogv1.Session) error {
+	return s.nudgeWith(ctx, session, nil)
+}
+
+// nudgeWith is nudge that sets annotations too, in the same patch.
+func (s *SessionIO) nudgeWith(ctx context.Context, session *turnlogv1.Session, annotations map[string]string) error {
 	patch := client.MergeFrom(session.DeepCopy())
 	if session.Annotations == nil {
 		session.Annotations = map[string]string{}
