@@ -23,7 +23,7 @@ all: build
 
 .PHONY: dev
 dev: control-plane manifests build ## Run turnlog locally: cluster, object store, manager, worker pods (state in ./.turnlog-dev/).
-	$(GO) run ./hack/dev --state-dir $(CURDIR)/.turnlog-dev --control-plane $(CONTROL_PLANE_DIR) --crds $(CURDIR)/config/crd/bases --turnlog $(BIN_DIR)/turnlog
+	$(GO) run ./hack/dev --state-dir $(CURDIR)/.turnlog-dev --control-plane $(CONTROL_PLANE_DIR) --crds $(CURDIR)/config/crd/bases --admission-policy $(CURDIR)/config/admission/forkedfrom_policy.yaml --turnlog $(BIN_DIR)/turnlog
 
 .PHONY: test
 test: control-plane pi-deps verify-generated vet test-unit test-e2e ## Everything CI runs: generated files, vet, unit, envtest and end-to-end suites.

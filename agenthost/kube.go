@@ -31,10 +31,9 @@ func (s *Store) OpenSession(ctx context.Context, kube client.Client, namespace, 
 }
 
 func (s *Store) sessionLog(kube client.Client, session *turnlogv1.Session) (*Log, error) {
+	// The store is the one the Session's spec.storage.store names on the
+	// manager; the host was given its URL and prefix.
 	loc := Location{Prefix: s.prefix, Namespace: session.Namespace, Session: session.Name, UID: string(session.UID)}
-	if st := session.Spec.Storage; st != nil && st.Prefix != "" {
-		loc.Prefix = st.Prefix
-	}
 	l, err := s.Log(loc)
 	if err != nil {
 		return nil, err

@@ -20,9 +20,9 @@ type Store struct {
 
 // StoreOptions adjust OpenStore. The zero value is fine.
 type StoreOptions struct {
-	// Prefix is the bucket-wide prefix the turnlog manager keeps Sessions
-	// under ("" for none); OpenSession uses it for Sessions that do not
-	// name their own.
+	// Prefix is the prefix the operator configured for this store on the
+	// turnlog manager ("" for none); Sessions' logs are under
+	// [<prefix>/]<namespace>/<name>/<uid>/.
 	Prefix string
 	// AccessKeyID and SecretAccessKey, when both are set, are static
 	// credentials for s3:// URLs; otherwise the AWS default chain applies.

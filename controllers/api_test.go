@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/forkcut"
 )
 
 // The API as a user meets it through kubectl: what the CRDs accept, refuse
@@ -71,7 +72,8 @@ var _ = Describe("turnlog.dev/v1alpha1 API", func() {
 		Entry("zero", "0"),
 		Entry("an event seq", "41"),
 		Entry("a frozen node", "41.1"),
-		Entry("20 integer digits", "99999999999999999999"),
+		Entry("the largest seq", "9223372036854775807"),
+		Entry("19 digits with leading zeros", "0000000000000000041.5"),
 	)
 
 	DescribeTable("refuses bad atSeq values with a message a user understands",
@@ -88,11 +90,32 @@ var _ = Describe("turnlog.dev/v1alpha1 API", func() {
 		Entry("infinity", "Inf"),
 		Entry("empty", ""),
 		Entry("21 integer digits", "123456789012345678901"),
+		Entry("one past the largest seq", "9223372036854775808"),
+		Entry("41 fraction digits", "1."+strings.Repeat("9", 41)),
 		Entry("leading space", " 41"),
 		Entry("trailing dot", "41."),
 		Entry("leading dot", ".5"),
 		Entry("sign", "+41"),
 	)
+
+	It("admits exactly the atSeq values the controller's parser accepts", func() {
+		nines := func(n int) string { return strings.Repeat("9", n) }
+		values := []string{
+			"0", "41", "41.1", "007", "41.9999999999999999999", "1." + nines(40), "1." + nines(41),
+			"9223372036854775807", "9223372036854775807." + nines(40), "9223372036854775808", "9223372036854775810",
+			"9999999999999999999", "1000000000000000000", "0000000000000000000", "00000000000000000000",
+			"12345678901234567890", "41.", ".5", "-1", "+41", " 41", "41 ", "41\n", "\n41", "1e3", "NaN", "Inf",
+			"", ".", "٤١", "4.1.1", "0x10", "41,5", "4_1",
+		}
+		for i, atSeq := range values {
+			_, perr := forkcut.ParseAtSeq(atSeq)
+			err := k8sClient.Create(ctx, newFork(fmt.Sprintf("edge-%d", i), atSeq), client.DryRunAll)
+			Expect(err == nil).To(Equal(perr == nil), "atSeq %q: API server says %v, the controller's parser %v", atSeq, err, perr)
+			if err != nil {
+				Expect(apierrors.IsInvalid(err)).To(BeTrue(), "atSeq %q: %v", atSeq, err)
+			}
+		}
+	})
 
 	It("keeps a SessionFork's spec immutable", func() {
 		fork := newFork("immutable", "41.1")

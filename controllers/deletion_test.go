@@ -28,9 +28,9 @@ var _ = Describe("Session deletion", Ordered, func() {
 
 	BeforeAll(func() {
 		ns = newNamespace("deletion")
-		stores = &BucketCache{DefaultURL: "mem://"}
+		stores = storesAt("mem://")
 		var err error
-		bucket, err = stores.Bucket(ctx, "")
+		bucket, err = stores.bucket(ctx, "mem://")
 		Expect(err).NotTo(HaveOccurred())
 		sio = &SessionIO{Client: k8sClient, Stores: stores}
 		stop = startManager(ns, Config{Stores: stores, WorkerMode: WorkerModeLocal, PollInterval: time.Hour})

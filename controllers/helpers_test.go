@@ -17,7 +17,6 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -31,8 +30,14 @@ import (
 // objects are never reconciled.
 func startManager(namespace string, conf Config) (stop func()) {
 	GinkgoHelper()
-	opts := CacheOptions()
-	opts.DefaultNamespaces = map[string]cache.Config{namespace: {}}
+	return startManagerIn([]string{namespace}, conf)
+}
+
+// startManagerIn runs the controllers for several namespaces, as
+// `turnlog manager --watch-namespace ...` does.
+func startManagerIn(namespaces []string, conf Config) (stop func()) {
+	GinkgoHelper()
+	opts := CacheOptions(namespaces...)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme.Scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
@@ -54,6 +59,14 @@ func startManager(namespace string, conf Config) (stop func()) {
 		cancel()
 		<-done
 	}
+}
+
+// storesAt is the manager's stores: "default" at url, and more.
+func storesAt(url string, more ...StoreConfig) *BucketCache {
+	GinkgoHelper()
+	c, err := NewBucketCache(append([]StoreConfig{{Name: turnlogv1.DefaultStore, URL: url}}, more...), nil)
+	Expect(err).NotTo(HaveOccurred())
+	return c
 }
 
 // newNamespace creates a namespace named after the specs that use it.

@@ -39,6 +39,12 @@ type SessionReconciler struct {
 	// PodWorkers is set when Workers run as Jobs, so the controller watches
 	// them.
 	PodWorkers bool
+	// MaxWorkerFailures is how many failed attempts a worker run gets
+	// before it is given up until a nudge or a spec change; 0 is no limit.
+	MaxWorkerFailures int32
+	// DeletionTimeout bounds how long a deleted Session waits for its log
+	// to be deleted before it is released with the log left in place.
+	DeletionTimeout time.Duration
 
 	// reported remembers the last results each Session's Events were raised
 	// for (key: UID, then the task or failed run), because the status a reconcile starts from
@@ -54,7 +60,7 @@ type sessionScope struct {
 	// changed.
 	before turnlogv1.SessionStatus
 
-	storeURL string
+	store    *SessionStore
 	location sessionlog.Location
 	log      worker.Log
 	head     sessionlog.HeadInfo
@@ -79,7 +85,7 @@ func (r *SessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ 
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !session.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, r.reconcileDelete(ctx, session)
+		return r.reconcileDelete(ctx, session)
 	}
 	if controllerutil.AddFinalizer(session, turnlogv1.FinalizerRetention) {
 		// First of all, so that deleting the Session always goes through
@@ -123,26 +129,29 @@ func (s *sessionScope) requeue(poll time.Duration) ctrl.Result {
 // the last segments, never the whole log.
 func (r *SessionReconciler) reconcileLog(ctx context.Context, s *sessionScope) error {
 	session := s.session
-	if session.Spec.Storage != nil {
-		s.storeURL = session.Spec.Storage.URL
-		s.location.Prefix = session.Spec.Storage.Prefix
-	}
-	s.location.Namespace, s.location.Session, s.location.UID = session.Namespace, session.Name, string(session.UID)
-	st, err := r.Stores.Logs(ctx, s.storeURL)
+	name := session.Spec.Storage.StoreName()
+	st, err := r.Stores.Store(ctx, name)
 	if err != nil {
-		s.ready = &condition{turnlogv1.ReasonStoreUnavailable, err.Error()}
+		s.ready = storeProblem(ctx, name, "opening the store", err)
+		var notFound *StoreNotFoundError
+		if errors.As(err, &notFound) {
+			// Not worth retrying until the operator configures the store,
+			// which restarts the manager.
+			return nil
+		}
 		return err
 	}
-	log, err := st.Log(s.location)
+	s.store, s.location = st, st.Location(session)
+	log, err := st.Logs.Log(s.location)
 	if err != nil {
 		s.ready = &condition{turnlogv1.ReasonStoreUnavailable, err.Error()}
 		return err
 	}
 	s.log = worker.StoreLog{Log: log}
-	session.Status.Location = s.location.String()
+	session.Status.Location = statusLocation(name, s.location)
 	s.head, err = log.Head(ctx)
 	if err != nil {
-		s.ready = &condition{turnlogv1.ReasonStoreUnavailable, fmt.Sprintf("reading the log's head: %v", err)}
+		s.ready = storeProblem(ctx, name, "reading the log's head", err)
 		return err
 	}
 	applyHead(&session.Status, s.head)
@@ -168,7 +177,7 @@ func (r *SessionReconciler) reconcileDerived(ctx context.Context, s *sessionScop
 	asm, found, err := worker.LoadAssembly(ctx, s.log)
 	found, err = r.believe(ctx, s, worker.TaskAssemble, asm, found, err)
 	if err != nil {
-		s.ready = &condition{turnlogv1.ReasonStoreUnavailable, err.Error()}
+		s.ready = storeProblem(ctx, s.store.Name, "reading the assembly's results", err)
 		return err
 	}
 	if found {
@@ -178,7 +187,7 @@ func (r *SessionReconciler) reconcileDerived(ctx context.Context, s *sessionScop
 	rep, found, err := worker.LoadReplay(ctx, s.log, s.target)
 	found, err = r.believe(ctx, s, worker.TaskReplay, rep, found, err)
 	if err != nil {
-		s.ready = &condition{turnlogv1.ReasonStoreUnavailable, err.Error()}
+		s.ready = storeProblem(ctx, s.store.Name, "reading the replay's results", err)
 		return err
 	}
 	if found {
@@ -209,7 +218,7 @@ func (r *SessionReconciler) reconcileWork(ctx context.Context, s *sessionScope) 
 	}
 	for s.pending != "" {
 		run := WorkerRun{
-			Session: s.session, Task: s.pending, StoreURL: r.Stores.URL(s.storeURL),
+			Session: s.session, Task: s.pending, StoreURL: s.store.URL,
 			Location: s.location, Target: s.target, Log: s.log,
 		}
 		run.Name = runName(s.session, run.Task, s.position(run.Task))
@@ -220,6 +229,14 @@ func (r *SessionReconciler) reconcileWork(ctx context.Context, s *sessionScope) 
 			return nil
 		}
 		st := &s.session.Status
+		if w := st.Worker; w != nil && w.Name == run.Name && w.Failures > 0 && w.Trigger != trigger(s.session) {
+			// A nudge or a spec change: the run gets its attempts afresh.
+			w.Failures, w.RetryAt, w.Trigger = 0, nil, trigger(s.session)
+		}
+		if w := st.Worker; w != nil && w.Name == run.Name && r.MaxWorkerFailures > 0 && w.Failures >= r.MaxWorkerFailures {
+			s.ready = workerFailedPermanently(run, w)
+			return nil
+		}
 		if w := st.Worker; w != nil && w.Name == run.Name && w.RetryAt != nil {
 			if wait := time.Until(w.RetryAt.Time); wait > 0 {
 				s.ready = workerFailed(run, w)
@@ -238,7 +255,18 @@ func (r *SessionReconciler) reconcileWork(ctx context.Context, s *sessionScope) 
 		case out.Failed && w.FailedAttempt != out.Attempt:
 			w.Failures++
 			w.FailedAttempt = out.Attempt
+			w.Trigger = trigger(s.session)
 			w.Message = truncate(out.Message, 1024)
+			if r.MaxWorkerFailures > 0 && w.Failures >= r.MaxWorkerFailures {
+				w.RetryAt = nil
+				if r.firstReport(s.session, "failed/"+run.Name, fmt.Sprint(out.Attempt)) {
+					r.Recorder.Eventf(s.session, nil, "Warning", turnlogv1.EventWorkerFailedPermanently, "Run",
+						"%s run %s failed %d times and is not retried until the Session is nudged or its spec changes: %s",
+						run.Task, run.Name, w.Failures, truncate(out.Message, 700))
+				}
+				s.ready = workerFailedPermanently(run, w)
+				return nil
+			}
 			backoff := retryBackoff(w.Failures)
 			w.RetryAt = &metav1.Time{Time: time.Now().Add(backoff).Truncate(time.Second)}
 			// A reconcile on a cache that has not seen this status yet
@@ -282,6 +310,19 @@ func (r *SessionReconciler) reconcileWork(ctx context.Context, s *sessionScope) 
 func workerFailed(run WorkerRun, w *turnlogv1.WorkerRun) *condition {
 	return &condition{turnlogv1.ReasonWorkerFailed, fmt.Sprintf("%s run %s failed %d times and is retried with backoff (status.worker.retryAt): %s",
 		run.Task, run.Name, w.Failures, w.Message)}
+}
+
+// workerFailedPermanently is the Ready condition of a run that used up
+// its attempts.
+func workerFailedPermanently(run WorkerRun, w *turnlogv1.WorkerRun) *condition {
+	return &condition{turnlogv1.ReasonWorkerFailedPermanently, fmt.Sprintf("%s run %s failed %d times and is not retried; nudge the Session (annotation %s) or change its spec to try again: %s",
+		run.Task, run.Name, w.Failures, turnlogv1.AnnotationRequestedAt, w.Message)}
+}
+
+// trigger names what a run's failures are counted under: the Session's
+// generation and its last nudge. Either changing starts the count again.
+func trigger(session *turnlogv1.Session) string {
+	return truncate(fmt.Sprintf("%d/%s", session.Generation, session.Annotations[turnlogv1.AnnotationRequestedAt]), 64)
 }
 
 // position is what makes a run unique: the head assembly catches up with,
@@ -328,6 +369,9 @@ func adapterOf(a turnlogv1.Adapter) turnlog.Adapter {
 // +kubebuilder:rbac:groups=turnlog.dev,resources=sessions,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=turnlog.dev,resources=sessions/status,verbs=get;patch
 // +kubebuilder:rbac:groups=turnlog.dev,resources=sessions/finalizers,verbs=update
+// The admission policy config/admission lets only holders of this custom
+// verb set spec.forkedFrom (the SessionFork controller does, on children).
+// +kubebuilder:rbac:groups=turnlog.dev,resources=sessions/forkedfrom,verbs=set
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // SetupWithManager registers the reconciler. A Session is reconciled when

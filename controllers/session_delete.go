@@ -4,10 +4,14 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
@@ -16,31 +20,28 @@ import (
 // reconcileDelete applies spec.retention and releases the Session. Only the
 // Session's own location — which includes its UID — is deleted, so neither
 // another Session nor a later one of the same name loses an object.
-func (r *SessionReconciler) reconcileDelete(ctx context.Context, session *turnlogv1.Session) error {
+//
+// A store that cannot be reached (or is no longer configured) must not hold
+// the Session, and with it its namespace, forever: after DeletionTimeout
+// the Session is released, the log left in place, and a LogOrphaned
+// Warning Event says where it is.
+func (r *SessionReconciler) reconcileDelete(ctx context.Context, session *turnlogv1.Session) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(session, turnlogv1.FinalizerRetention) {
-		return nil
+		return ctrl.Result{}, nil
 	}
 	if err := r.Workers.Forget(ctx, session); err != nil {
-		return fmt.Errorf("delete worker runs: %w", err)
+		return ctrl.Result{}, fmt.Errorf("delete worker runs: %w", err)
 	}
 	if session.Spec.Retention != turnlogv1.RetentionRetain {
-		url, loc := "", sessionLocation(session)
-		if st := session.Spec.Storage; st != nil {
-			url = st.URL
-		}
-		logs, err := r.Stores.Logs(ctx, url)
-		if err != nil {
-			return fmt.Errorf("delete the log at %s: %w", loc, err)
-		}
-		if _, err := logs.Delete(ctx, loc); err != nil {
-			return fmt.Errorf("delete the log at %s: %w", loc, err)
+		if res, err := r.deleteLog(ctx, session); err != nil || res.RequeueAfter > 0 {
+			return res, err
 		}
 	}
 	controllerutil.RemoveFinalizer(session, turnlogv1.FinalizerRetention)
 	if err := r.Update(ctx, session); err != nil {
 		// On a conflict the newer version's event retries the deletion,
 		// which is idempotent.
-		return client.IgnoreNotFound(ignoreConflict(err))
+		return ctrl.Result{}, client.IgnoreNotFound(ignoreConflict(err))
 	}
 	prefix := string(session.UID) + "/"
 	r.reported.Range(func(key, _ any) bool {
@@ -49,7 +50,55 @@ func (r *SessionReconciler) reconcileDelete(ctx context.Context, session *turnlo
 		}
 		return true
 	})
-	return nil
+	return ctrl.Result{}, nil
+}
+
+// deleteLog deletes the Session's log. While the store fails it says so in
+// the Ready condition and asks to be called again; once DeletionTimeout has
+// passed since the deletion began it gives up (zero result, nil error).
+func (r *SessionReconciler) deleteLog(ctx context.Context, session *turnlogv1.Session) (ctrl.Result, error) {
+	name := session.Spec.Storage.StoreName()
+	where := name + ":" + session.Namespace + "/" + session.Name + "/" + string(session.UID)
+	deadline := session.DeletionTimestamp.Add(r.DeletionTimeout)
+	// A store that hangs must not stretch the bound either.
+	tctx, cancel := context.WithTimeout(ctx, max(time.Until(deadline), 5*time.Second))
+	defer cancel()
+	st, err := r.Stores.Store(tctx, name)
+	if err == nil {
+		loc := st.Location(session)
+		where = statusLocation(name, loc)
+		if _, err = st.Logs.Delete(tctx, loc); err == nil {
+			return ctrl.Result{}, nil
+		}
+	}
+	problem := storeProblem(ctx, name, "deleting the log at "+where, err)
+	if wait := time.Until(deadline); wait > 0 {
+		r.setDeletionBlocked(ctx, session, fmt.Sprintf("%s; retried until %s, then the Session is released and the log left in place",
+			problem.message, deadline.UTC().Format(time.RFC3339)))
+		return ctrl.Result{RequeueAfter: min(wait, retryBackoff(3))}, nil
+	}
+	if r.firstReport(session, "orphaned", "") {
+		r.Recorder.Eventf(session, nil, "Warning", turnlogv1.EventLogOrphaned, "Delete",
+			"gave up deleting the log at %s after %s (%s); the Session is released and its objects are left in the store",
+			where, r.DeletionTimeout, truncate(problem.message, 500))
+	}
+	return ctrl.Result{}, nil
+}
+
+// setDeletionBlocked says in the Ready condition why the Session is still
+// there; failing to say so must not stop the retry.
+func (r *SessionReconciler) setDeletionBlocked(ctx context.Context, session *turnlogv1.Session, msg string) {
+	base := session.DeepCopy()
+	meta.SetStatusCondition(&session.Status.Conditions, metav1.Condition{
+		Type: turnlogv1.ConditionReady, Status: metav1.ConditionFalse, Reason: turnlogv1.ReasonDeletionBlocked,
+		Message: truncate(msg, 1024), ObservedGeneration: session.Generation,
+	})
+	if equality.Semantic.DeepEqual(base.Status, session.Status) {
+		return
+	}
+	if err := r.Status().Patch(ctx, session, client.MergeFrom(base)); client.IgnoreNotFound(err) != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "patching the status of a Session being deleted")
+	}
 }
 
 // ignoreConflict drops optimistic-concurrency conflicts, which resolve

@@ -35,7 +35,7 @@ var _ = Describe("Session controller with pod workers", Ordered, func() {
 
 	BeforeAll(func() {
 		ns = newNamespace("pods")
-		stores = &BucketCache{DefaultURL: "file://" + GinkgoT().TempDir()}
+		stores = storesAt("file://" + GinkgoT().TempDir())
 		sio = &SessionIO{Client: k8sClient, Stores: stores}
 		stop = startManager(ns, Config{
 			Stores: stores, WorkerMode: WorkerModePod, PollInterval: time.Hour,

@@ -42,18 +42,16 @@ func (r *SessionReconciler) reconcileIdle(ctx context.Context, session *turnlogv
 	if !settled(session) {
 		return ctrl.Result{}, false
 	}
-	url, loc := "", sessionLocation(session)
-	if st := session.Spec.Storage; st != nil {
-		url = st.URL
-	}
-	if session.Status.Location != loc.String() {
-		return ctrl.Result{}, false
-	}
-	logs, err := r.Stores.Logs(ctx, url)
+	name := session.Spec.Storage.StoreName()
+	st, err := r.Stores.Store(ctx, name)
 	if err != nil {
 		return ctrl.Result{}, false
 	}
-	log, err := logs.Log(loc)
+	loc := st.Location(session)
+	if session.Status.Location != statusLocation(name, loc) {
+		return ctrl.Result{}, false
+	}
+	log, err := st.Logs.Log(loc)
 	if err != nil {
 		return ctrl.Result{}, false
 	}

@@ -20,6 +20,7 @@ import (
 var _ = Describe("Session controller", Ordered, func() {
 	var (
 		ns     string
+		disk   string
 		stores *BucketCache
 		sio    *SessionIO
 		stop   func()
@@ -27,7 +28,8 @@ var _ = Describe("Session controller", Ordered, func() {
 
 	BeforeAll(func() {
 		ns = newNamespace("sessions")
-		stores = &BucketCache{DefaultURL: "mem://"}
+		disk = GinkgoT().TempDir()
+		stores = storesAt("mem://", StoreConfig{Name: "disk", URL: "file://" + disk, Prefix: "team-a"})
 		sio = &SessionIO{Client: k8sClient, Stores: stores}
 		// A long poll interval: every update below must come from a nudge.
 		stop = startManager(ns, Config{Stores: stores, WorkerMode: WorkerModeLocal, PollInterval: time.Hour})
@@ -129,17 +131,18 @@ var _ = Describe("Session controller", Ordered, func() {
 			And(HaveField("Type", "Warning"), HaveField("Note", ContainSubstring("seq 6: ")))))
 	})
 
-	It("keeps a log in a file:// store under the Session's own location", func() {
-		dir := GinkgoT().TempDir()
+	It("keeps a log in a named file:// store under the store's prefix and the Session's own location", func() {
+		dir := disk
 		session := &turnlogv1.Session{
 			ObjectMeta: metav1.ObjectMeta{Name: "on-disk", Namespace: ns},
-			Spec:       turnlogv1.SessionSpec{Storage: &turnlogv1.SessionStorage{URL: "file://" + dir, Prefix: "team-a"}},
+			Spec:       turnlogv1.SessionSpec{Storage: turnlogv1.SessionStorage{Store: "disk"}},
 		}
 		Expect(k8sClient.Create(ctx, session)).To(Succeed())
 		_, _, err := sio.Import(ctx, ns, "on-disk", bytes.NewReader(readLog("aborted-turn.jsonl")))
 		Expect(err).NotTo(HaveOccurred())
 		s := waitReady(ns, "on-disk")
 		Expect(*s.Status.HeadSeq).To(Equal(int64(21)))
+		Expect(s.Status.Location).To(Equal("disk:team-a/" + ns + "/on-disk/" + string(s.UID)))
 		entries, err := os.ReadDir(filepath.Join(dir, "team-a", ns, "on-disk", string(s.UID), "log"))
 		Expect(err).NotTo(HaveOccurred())
 		Expect(entries).NotTo(BeEmpty())

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -27,7 +26,8 @@ import (
 //
 // Each step can be repeated after a crash at any point and lead to the same
 // end: the child's name is fixed by the SessionFork, a Session of that name
-// is taken as the child only if its spec.forkedFrom names this fork, the
+// is taken as the child only if its spec.forkedFrom names this fork (by
+// name and UID; only the manager can set forkedFrom), the
 // prefix copy completes a partial copy of the same prefix, and the fork's
 // status is written last.
 type SessionForkReconciler struct {
@@ -108,6 +108,15 @@ func (r *SessionForkReconciler) fail(s *forkScope, reason, format string, args .
 	return fmt.Errorf("%w: %s", errForkFailed, msg)
 }
 
+// storeError records a store failure worth retrying, in the stable words
+// of storeProblem.
+func (s *forkScope) storeError(ctx context.Context, store, doing string, err error) error {
+	s.transient = true
+	p := storeProblem(ctx, store, doing, err)
+	s.outcome = condition{turnlogv1.ReasonForking, p.message}
+	return err
+}
+
 // transientError records an error worth retrying.
 func (s *forkScope) transientError(err error) error {
 	s.transient = true
@@ -174,7 +183,7 @@ func (r *SessionForkReconciler) reconcileCut(ctx context.Context, s *forkScope) 
 		s.result.RequeueAfter = r.PollInterval
 		return nil
 	case err != nil:
-		return s.transientError(err)
+		return s.storeError(ctx, s.source.Spec.Storage.StoreName(), "reading the source's log", err)
 	}
 	s.point = p
 	s.setCut()
@@ -212,9 +221,9 @@ func (r *SessionForkReconciler) reconcileChild(ctx context.Context, s *forkScope
 		s.fork.Status.ChildName = s.child.Name
 		return nil
 	}
-	labels := maps.Clone(s.fork.Spec.Target.Labels)
-	if labels == nil {
-		labels = map[string]string{}
+	labels := make(map[string]string, len(s.fork.Spec.Target.Labels)+2)
+	for k, v := range s.fork.Spec.Target.Labels {
+		labels[k] = string(v)
 	}
 	labels[turnlogv1.LabelForkSource] = s.source.Name
 	labels[turnlogv1.LabelFork] = s.fork.Name
@@ -222,10 +231,10 @@ func (r *SessionForkReconciler) reconcileChild(ctx context.Context, s *forkScope
 		ObjectMeta: metav1.ObjectMeta{Name: childName(s.fork), Namespace: s.fork.Namespace, Labels: labels},
 		Spec: turnlogv1.SessionSpec{
 			Adapter:   s.source.Spec.Adapter,
-			Storage:   s.source.Spec.Storage.DeepCopy(), // CopyPrefix copies inside one bucket
+			Storage:   s.source.Spec.Storage, // CopyPrefix copies inside one store
 			Retention: s.source.Spec.Retention,
 			ForkedFrom: &turnlogv1.ForkOrigin{
-				Session: s.source.Name, UID: string(s.source.UID), Fork: s.fork.Name,
+				Session: s.source.Name, UID: string(s.source.UID), Fork: s.fork.Name, ForkUID: string(s.fork.UID),
 				AnchorSeq: s.point.AnchorSeq, CutSeq: s.point.CutSeq,
 			},
 		},
@@ -237,6 +246,9 @@ func (r *SessionForkReconciler) reconcileChild(ctx context.Context, s *forkScope
 			s.result.RequeueAfter = time.Second
 			return nil
 		}
+		if apierrors.IsInvalid(err) {
+			return r.fail(s, turnlogv1.ReasonInvalidTarget, "the API server refused child Session %s: %v", child.Name, err)
+		}
 		return s.transientError(fmt.Errorf("create child Session %s: %w", child.Name, err))
 	}
 	s.child = child
@@ -247,28 +259,25 @@ func (r *SessionForkReconciler) reconcileChild(ctx context.Context, s *forkScope
 // reconcileCopy copies the source's events 0..cut into the child's own
 // location and nudges the child to pick them up.
 func (r *SessionForkReconciler) reconcileCopy(ctx context.Context, s *forkScope) error {
-	url := ""
-	if st := s.source.Spec.Storage; st != nil {
-		url = st.URL
-	}
-	logs, err := r.Stores.Logs(ctx, url)
+	name := s.source.Spec.Storage.StoreName()
+	st, err := r.Stores.Store(ctx, name)
 	if err != nil {
-		return s.transientError(err)
+		return s.storeError(ctx, name, "opening the store", err)
 	}
-	src, dst := sessionLocation(s.source), sessionLocation(s.child)
+	logs, src, dst := st.Logs, st.Location(s.source), st.Location(s.child)
 	err = logs.CopyPrefix(ctx, src, dst, s.point.CutSeq)
 	if errors.Is(err, sessionlog.ErrDestinationNotEmpty) {
 		// The copy may have completed before the fork's status was written,
 		// and the child's log grown since.
 		if seeded, herr := childSeeded(ctx, logs, dst, s.point.CutSeq); herr != nil {
-			return s.transientError(herr)
+			return s.storeError(ctx, name, "reading the child's log", herr)
 		} else if !seeded {
 			return r.fail(s, turnlogv1.ReasonTargetExists, "the log of Session %s holds events that are not the source's prefix: %v", s.child.Name, err)
 		}
 		err = nil
 	}
 	if err != nil {
-		return s.transientError(fmt.Errorf("copy seq 0..%d from %s to %s: %w", s.point.CutSeq, src, dst, err))
+		return s.storeError(ctx, name, fmt.Sprintf("copying seq 0..%d from %s to %s", s.point.CutSeq, src, dst), err)
 	}
 	patch := client.MergeFrom(s.child.DeepCopy())
 	if s.child.Annotations == nil {
@@ -295,15 +304,11 @@ func childSeeded(ctx context.Context, logs *sessionlog.Store, child sessionlog.L
 }
 
 func (r *SessionForkReconciler) sourceLog(ctx context.Context, s *forkScope) (worker.StoreLog, error) {
-	url := ""
-	if st := s.source.Spec.Storage; st != nil {
-		url = st.URL
-	}
-	logs, err := r.Stores.Logs(ctx, url)
+	st, err := r.Stores.Store(ctx, s.source.Spec.Storage.StoreName())
 	if err != nil {
 		return worker.StoreLog{}, err
 	}
-	log, err := logs.Log(sessionLocation(s.source))
+	log, err := st.Logs.Log(st.Location(s.source))
 	if err != nil {
 		return worker.StoreLog{}, err
 	}
@@ -338,17 +343,8 @@ func childName(fork *turnlogv1.SessionFork) string {
 // isChildOf tells this fork's child from a Session that merely has its name.
 func isChildOf(child *turnlogv1.Session, fork *turnlogv1.SessionFork, source *turnlogv1.Session, anchor int64) bool {
 	from := child.Spec.ForkedFrom
-	return from != nil && from.Fork == fork.Name && from.Session == source.Name &&
-		from.UID == string(source.UID) && from.AnchorSeq == anchor
-}
-
-// sessionLocation is where a Session's log lives in its store.
-func sessionLocation(s *turnlogv1.Session) sessionlog.Location {
-	loc := sessionlog.Location{Namespace: s.Namespace, Session: s.Name, UID: string(s.UID)}
-	if s.Spec.Storage != nil {
-		loc.Prefix = s.Spec.Storage.Prefix
-	}
-	return loc
+	return from != nil && from.Fork == fork.Name && from.ForkUID == string(fork.UID) &&
+		from.Session == source.Name && from.UID == string(source.UID) && from.AnchorSeq == anchor
 }
 
 // sourceNameField indexes SessionForks by their source Session.

@@ -25,7 +25,7 @@ func newFork(ns, name, source, atSeq string) *turnlogv1.SessionFork {
 		Spec: turnlogv1.SessionForkSpec{
 			Source: turnlogv1.SessionReference{Name: source},
 			AtSeq:  atSeq,
-			Target: turnlogv1.ForkTarget{Labels: map[string]string{"team": "support"}},
+			Target: turnlogv1.ForkTarget{Labels: map[string]turnlogv1.LabelValue{"team": "support"}},
 		},
 	}
 }
@@ -42,7 +42,7 @@ var _ = Describe("SessionFork controller", Ordered, func() {
 
 	BeforeAll(func() {
 		ns = newNamespace("forks")
-		stores = &BucketCache{DefaultURL: "mem://"}
+		stores = storesAt("mem://")
 		sio = &SessionIO{Client: k8sClient, Stores: stores}
 		stop = startManager(ns, Config{Stores: stores, WorkerMode: WorkerModeLocal, PollInterval: time.Hour})
 		log = readLog("aborted-turn.jsonl")
@@ -73,7 +73,7 @@ var _ = Describe("SessionFork controller", Ordered, func() {
 
 		child := waitReady(ns, "support-chat-retry")
 		Expect(child.Spec.ForkedFrom).To(Equal(&turnlogv1.ForkOrigin{
-			Session: "support-chat", UID: string(source.UID), Fork: "support-chat-retry", AnchorSeq: 15, CutSeq: 15,
+			Session: "support-chat", UID: string(source.UID), Fork: "support-chat-retry", ForkUID: string(f.UID), AnchorSeq: 15, CutSeq: 15,
 		}))
 		Expect(child.Labels).To(Equal(map[string]string{
 			turnlogv1.LabelForkSource: "support-chat", turnlogv1.LabelFork: "support-chat-retry", "team": "support",
@@ -156,9 +156,9 @@ var _ = Describe("SessionFork controller", Ordered, func() {
 var _ = Describe("SessionFork controller restarted mid-fork", func() {
 	It("leaves exactly one child with exactly the source's prefix", func() {
 		ns := newNamespace("fork-restart")
-		mem := &BucketCache{DefaultURL: "mem://"}
+		mem := storesAt("mem://")
 		defer mem.Close()
-		bucket, err := mem.Bucket(ctx, "")
+		bucket, err := mem.bucket(ctx, "mem://")
 		Expect(err).NotTo(HaveOccurred())
 		sio := &SessionIO{Client: k8sClient, Stores: mem}
 		log := turnlogtest.Log(3000, 7)
@@ -199,11 +199,9 @@ var _ = Describe("SessionFork controller restarted mid-fork", func() {
 // bucketStores serves every Session from one bucket.
 type bucketStores struct{ bucket store.Bucket }
 
-func (s bucketStores) Logs(context.Context, string) (*sessionlog.Store, error) {
-	return sessionlog.New(s.bucket), nil
+func (s bucketStores) Store(_ context.Context, name string) (*SessionStore, error) {
+	return &SessionStore{StoreConfig: StoreConfig{Name: name, URL: "mem://"}, Logs: sessionlog.New(s.bucket)}, nil
 }
-
-func (s bucketStores) URL(string) string { return "mem://" }
 
 // crashingBucket lets writesLeft writes into one Session's location
 // through, then fails every write, like a store that went away mid-copy.

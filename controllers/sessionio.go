@@ -129,16 +129,12 @@ type locatedLog struct {
 }
 
 func (s *SessionIO) log(ctx context.Context, session *turnlogv1.Session) (locatedLog, error) {
-	url := ""
-	if st := session.Spec.Storage; st != nil {
-		url = st.URL
-	}
-	logs, err := s.Stores.Logs(ctx, url)
+	st, err := s.Stores.Store(ctx, session.Spec.Storage.StoreName())
 	if err != nil {
 		return locatedLog{}, err
 	}
-	loc := sessionLocation(session)
-	log, err := logs.Log(loc)
+	loc := st.Location(session)
+	log, err := st.Logs.Log(loc)
 	return locatedLog{Log: log, where: loc.String()}, err
 }
 

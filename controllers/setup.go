@@ -33,19 +33,42 @@ type Config struct {
 	// unnoticed in a Session that is busy; MaxPollInterval (if longer) in
 	// one whose log has been quiet that long.
 	PollInterval, MaxPollInterval time.Duration
+	// WorkerMaxFailures is how many failed attempts a worker run gets
+	// before it is given up (until a nudge or a spec change); zero is
+	// DefaultWorkerMaxFailures.
+	WorkerMaxFailures int32
+	// DeletionTimeout bounds how long a deleted Session waits for its
+	// store; zero is DefaultDeletionTimeout.
+	DeletionTimeout time.Duration
 }
+
+// Defaults of Config.
+const (
+	DefaultWorkerMaxFailures = 5
+	DefaultDeletionTimeout   = 10 * time.Minute
+)
 
 // CacheOptions restricts the manager's cache of Jobs to turnlog's workers,
 // so the manager does not hold every Job of the cluster in memory, and
 // drops managed fields from what it caches: the controllers never read
-// them, and they are a good part of a small object's size.
-func CacheOptions() cache.Options {
-	return cache.Options{
+// them, and they are a good part of a small object's size. When
+// namespaces are given, it caches only those namespaces: the manager then
+// needs its permissions only there (Roles instead of a ClusterRole; see
+// config/namespaced).
+func CacheOptions(namespaces ...string) cache.Options {
+	opts := cache.Options{
 		ByObject: map[client.Object]cache.ByObject{
 			&batchv1.Job{}: {Label: labels.SelectorFromSet(labels.Set{"app.kubernetes.io/name": "turnlog", "app.kubernetes.io/component": "worker"})},
 		},
 		DefaultTransform: cache.TransformStripManagedFields(),
 	}
+	if len(namespaces) > 0 {
+		opts.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range namespaces {
+			opts.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	return opts
 }
 
 // Setup registers the Session and SessionFork controllers with mgr.
@@ -56,10 +79,23 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 	if cfg.MaxPollInterval != 0 && cfg.MaxPollInterval < cfg.PollInterval {
 		return fmt.Errorf("max poll interval %s is shorter than the poll interval %s", cfg.MaxPollInterval, cfg.PollInterval)
 	}
+	if cfg.WorkerMaxFailures < 0 {
+		return fmt.Errorf("worker max failures must not be negative, got %d", cfg.WorkerMaxFailures)
+	}
+	if cfg.WorkerMaxFailures == 0 {
+		cfg.WorkerMaxFailures = DefaultWorkerMaxFailures
+	}
+	if cfg.DeletionTimeout < 0 {
+		return fmt.Errorf("deletion timeout must not be negative, got %s", cfg.DeletionTimeout)
+	}
+	if cfg.DeletionTimeout == 0 {
+		cfg.DeletionTimeout = DefaultDeletionTimeout
+	}
 	recorder := mgr.GetEventRecorder("turnlog")
 	sessions := &SessionReconciler{
 		Client: mgr.GetClient(), Recorder: recorder, Stores: cfg.Stores,
 		PollInterval: cfg.PollInterval, MaxPollInterval: cfg.MaxPollInterval,
+		MaxWorkerFailures: cfg.WorkerMaxFailures, DeletionTimeout: cfg.DeletionTimeout,
 	}
 	switch cfg.WorkerMode {
 	case WorkerModeLocal:

@@ -1,28 +1,101 @@
 package controllers
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
 	"sync"
 
+	"k8s.io/apimachinery/pkg/util/validation"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/internal/sessionlog"
 	"github.com/turnlog/turnlog/internal/store"
 )
 
-// Stores opens the object stores Sessions keep their logs in.
-type Stores interface {
-	// Logs returns the session-log store at url; "" is the default store.
-	Logs(ctx context.Context, url string) (*sessionlog.Store, error)
-	// URL is the store URL Logs(url) opens: what a worker pod is told.
-	URL(url string) string
+// StoreConfig is one object store the operator configured on the manager.
+// Sessions name it in spec.storage.store; its URL, credentials and prefix
+// are the operator's alone.
+type StoreConfig struct {
+	// Name is what Sessions call the store: a DNS label.
+	Name string
+	// URL opens the store (see store.Open).
+	URL string
+	// Prefix, if set, is prepended to the root of every Session's log in
+	// this store: [<prefix>/]<namespace>/<name>/<uid>/.
+	Prefix string
 }
 
-// BucketCache opens each store URL once and keeps the bucket for the life
-// of the process: buckets hold connection pools, and a mem:// bucket exists
-// only as long as it is open.
+// Validate checks the configuration without contacting the store.
+func (c StoreConfig) Validate() error {
+	if errs := validation.IsDNS1123Label(c.Name); len(errs) > 0 {
+		return fmt.Errorf("store name %q: %s", c.Name, strings.Join(errs, "; "))
+	}
+	if err := store.CheckURL(c.URL); err != nil {
+		return fmt.Errorf("store %s: %w", c.Name, err)
+	}
+	if c.Prefix != "" {
+		if err := store.ValidateKey(c.Prefix); err != nil {
+			return fmt.Errorf("store %s: prefix %q: %w", c.Name, c.Prefix, err)
+		}
+	}
+	return nil
+}
+
+// StoreNotFoundError: a Session names a store the manager does not have.
+type StoreNotFoundError struct {
+	Name       string
+	Configured []string
+}
+
+func (e *StoreNotFoundError) Error() string {
+	known := "none"
+	if len(e.Configured) > 0 {
+		known = strings.Join(e.Configured, ", ")
+	}
+	return fmt.Sprintf("store %q is not configured on the manager (configured stores: %s)", e.Name, known)
+}
+
+// Stores opens the object stores Sessions keep their logs in, by name.
+type Stores interface {
+	// Store opens the store named name, a Session's spec.storage.store (""
+	// is "default"). An unknown name is a *StoreNotFoundError.
+	Store(ctx context.Context, name string) (*SessionStore, error)
+}
+
+// SessionStore is an opened store with its configuration.
+type SessionStore struct {
+	StoreConfig
+	Logs *sessionlog.Store
+}
+
+// Location is where session's log lives in this store. Nothing in it comes
+// from the Session's spec, so no Session can reach into another's root.
+func (s *SessionStore) Location(session *turnlogv1.Session) sessionlog.Location {
+	return sessionlog.Location{Prefix: s.Prefix, Namespace: session.Namespace, Session: session.Name, UID: string(session.UID)}
+}
+
+// statusLocation is status.location: the store's name and the log's root
+// in it.
+func statusLocation(store string, loc sessionlog.Location) string {
+	return store + ":" + loc.String()
+}
+
+// BucketCache opens each configured store once and keeps the bucket for
+// the life of the process: buckets hold connection pools, and a mem://
+// bucket exists only as long as it is open.
 type BucketCache struct {
-	// DefaultURL is the store of Sessions without spec.storage.url.
-	DefaultURL string
+	// Configured are the stores by name.
+	Configured map[string]StoreConfig
+	// Any, when set, serves every name: the command-line tools are handed
+	// the URL of the Session's store by whoever runs them.
+	Any *StoreConfig
 	// Options are passed to store.Open.
 	Options *store.Options
 
@@ -31,29 +104,50 @@ type BucketCache struct {
 	buckets map[string]store.Bucket
 }
 
-// Logs implements Stores.
-func (c *BucketCache) Logs(ctx context.Context, url string) (*sessionlog.Store, error) {
-	b, err := c.Bucket(ctx, url)
+// NewBucketCache checks configs (names unique, each valid) and returns a
+// cache serving them.
+func NewBucketCache(configs []StoreConfig, opts *store.Options) (*BucketCache, error) {
+	c := &BucketCache{Configured: map[string]StoreConfig{}, Options: opts}
+	for _, sc := range configs {
+		if err := sc.Validate(); err != nil {
+			return nil, err
+		}
+		if _, dup := c.Configured[sc.Name]; dup {
+			return nil, fmt.Errorf("store %s is configured twice", sc.Name)
+		}
+		c.Configured[sc.Name] = sc
+	}
+	return c, nil
+}
+
+// Store implements Stores.
+func (c *BucketCache) Store(ctx context.Context, name string) (*SessionStore, error) {
+	if name == "" {
+		name = turnlogv1.DefaultStore
+	}
+	sc, ok := c.Configured[name]
+	switch {
+	case ok:
+	case c.Any != nil:
+		sc = *c.Any
+		sc.Name = name
+	default:
+		return nil, &StoreNotFoundError{Name: name, Configured: slices.Sorted(func(yield func(string) bool) {
+			for n := range c.Configured {
+				if !yield(n) {
+					return
+				}
+			}
+		})}
+	}
+	b, err := c.bucket(ctx, sc.URL)
 	if err != nil {
 		return nil, err
 	}
-	return sessionlog.New(b), nil
+	return &SessionStore{StoreConfig: sc, Logs: sessionlog.New(b)}, nil
 }
 
-// URL implements Stores.
-func (c *BucketCache) URL(url string) string {
-	if url == "" {
-		return c.DefaultURL
-	}
-	return url
-}
-
-// Bucket returns the bucket at url, opening it on first use.
-func (c *BucketCache) Bucket(ctx context.Context, url string) (store.Bucket, error) {
-	url = c.URL(url)
-	if url == "" {
-		return nil, fmt.Errorf("no store URL: the Session has no spec.storage.url and the manager no --store-url")
-	}
+func (c *BucketCache) bucket(ctx context.Context, url string) (store.Bucket, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if b, ok := c.buckets[url]; ok {
@@ -83,4 +177,83 @@ func (c *BucketCache) Close() error {
 		delete(c.buckets, url)
 	}
 	return first
+}
+
+// ParseStoreFlag parses the value of a --store flag, NAME=URL.
+func ParseStoreFlag(value string) (StoreConfig, error) {
+	name, url, ok := strings.Cut(value, "=")
+	if !ok {
+		return StoreConfig{}, fmt.Errorf("--store %q: want NAME=URL", value)
+	}
+	sc := StoreConfig{Name: name, URL: url}
+	if err := sc.Validate(); err != nil {
+		return StoreConfig{}, fmt.Errorf("--store %q: %w", value, err)
+	}
+	return sc, nil
+}
+
+var storesLine = regexp.MustCompile(`^(\S+)\s+(\S+)(?:\s+(\S+))?$`)
+
+// ReadStoresFile reads a stores file: one store per line, "NAME URL
+// [PREFIX]", blank lines and lines starting with '#' ignored. It is meant
+// to be a key of a ConfigMap mounted into the manager.
+func ReadStoresFile(path string) ([]StoreConfig, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []StoreConfig
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		m := storesLine.FindStringSubmatch(line)
+		if m == nil {
+			return nil, fmt.Errorf("%s:%d: %q: want NAME URL [PREFIX]", path, n, line)
+		}
+		c := StoreConfig{Name: m[1], URL: m[2], Prefix: m[3]}
+		if err := c.Validate(); err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", path, n, err)
+		}
+		out = append(out, c)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return out, nil
+}
+
+// storeProblem is the Ready condition for a store that failed: a stable
+// message naming the store and what was being done, and the reason. The
+// backend's own error, which may quote hosts, paths, response bodies or
+// credentials' names, goes to the manager's log only; errors about the
+// log's data are turnlog's own and shown as they are.
+func storeProblem(ctx context.Context, storeName, doing string, err error) *condition {
+	var notFound *StoreNotFoundError
+	if errors.As(err, &notFound) {
+		return &condition{turnlogv1.ReasonStoreNotFound, notFound.Error()}
+	}
+	var data *sessionlog.DataError
+	if errors.As(err, &data) {
+		return &condition{turnlogv1.ReasonStoreUnavailable, fmt.Sprintf("%s: %s", doing, truncate(data.Error(), 800))}
+	}
+	ctrl.LoggerFrom(ctx).Error(err, "object store failed", "store", storeName, "doing", doing)
+	return &condition{turnlogv1.ReasonStoreUnavailable, fmt.Sprintf("%s: store %q %s; the details are in the manager's log", doing, storeName, storeFailure(err))}
+}
+
+// storeFailure says in a stable phrase how a store operation failed.
+func storeFailure(err error) string {
+	switch {
+	case errors.Is(err, store.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
+		return "timed out"
+	case errors.Is(err, store.ErrUnavailable):
+		return "is unavailable"
+	case errors.Is(err, store.ErrNotFound):
+		return "lacks an object the log needs"
+	default:
+		return "could not be used"
+	}
 }

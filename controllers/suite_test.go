@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/kubeapply"
 )
 
 var (
@@ -65,6 +66,8 @@ var _ = BeforeSuite(func() {
 	}
 	cfg, err = testEnv.Start()
 	Expect(err).NotTo(HaveOccurred())
+	// What config/default installs beside the CRDs.
+	Expect(kubeapply.Apply(ctx, cfg, filepath.Join("..", "config", "admission", "forkedfrom_policy.yaml"))).To(Succeed())
 	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme.Scheme})
 	Expect(err).NotTo(HaveOccurred())
 

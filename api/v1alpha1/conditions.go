@@ -38,6 +38,9 @@ const (
 	// ReasonInvalidAtSeq: atSeq could not be parsed (normally refused by
 	// the API server already).
 	ReasonInvalidAtSeq = "InvalidAtSeq"
+	// ReasonInvalidTarget: the API server refused the child Session the
+	// fork would create (e.g. a label it does not accept).
+	ReasonInvalidTarget = "InvalidTarget"
 )
 
 // Labels and annotations turnlog puts on objects.
@@ -64,10 +67,23 @@ const (
 	// its source.
 	ReasonSeeding = "Seeding"
 	// ReasonStoreUnavailable: the object store could not be read; the
-	// controller retries.
+	// controller retries. The message is stable; the store's own error is
+	// in the manager's log.
 	ReasonStoreUnavailable = "StoreUnavailable"
+	// ReasonStoreNotFound: spec.storage.store names no store configured on
+	// the manager; the message lists the configured ones.
+	ReasonStoreNotFound = "StoreNotFound"
 	// ReasonWorkerFailed: a worker run failed; it is retried with backoff.
 	ReasonWorkerFailed = "WorkerFailed"
+	// ReasonWorkerFailedPermanently: a worker run failed as many times as
+	// the manager allows (--worker-max-failures); it is not retried until
+	// the Session is nudged (turnlog.dev/requested-at) or its spec changes.
+	ReasonWorkerFailedPermanently = "WorkerFailedPermanently"
+	// ReasonDeletionBlocked: the Session is being deleted with retention
+	// Delete and its log cannot be deleted yet; the controller retries
+	// until --deletion-timeout, then releases the Session and leaves the
+	// log in place.
+	ReasonDeletionBlocked = "DeletionBlocked"
 	// ReasonAssembled: every finished turn is assembled.
 	ReasonAssembled = "Assembled"
 	// ReasonAssemblyPending: turns ended that are not assembled yet.
@@ -101,6 +117,13 @@ const (
 	EventReplayed = "Replayed"
 	// EventWorkerFailed (Warning, on the Session): a worker run failed.
 	EventWorkerFailed = "WorkerFailed"
+	// EventWorkerFailedPermanently (Warning, on the Session): a worker run
+	// reached the failure limit and is not retried.
+	EventWorkerFailedPermanently = "WorkerFailedPermanently"
+	// EventLogOrphaned (Warning, on the Session): the Session was deleted
+	// with retention Delete, but its log could not be deleted within
+	// --deletion-timeout and was left in the store; the note names where.
+	EventLogOrphaned = "LogOrphaned"
 	// EventForked (Normal, on the SessionFork): the child Session is seeded.
 	EventForked = "Forked"
 	// EventForkFailed (Warning, on the SessionFork): the fork failed for good.

@@ -26,20 +26,30 @@ type Adapter struct {
 	Model string `json:"model,omitempty"`
 }
 
-// SessionStorage overrides where a Session's log is kept.
+// DefaultStore is the store of a Session that names none.
+const DefaultStore = "default"
+
+// SessionStorage picks where a Session's log is kept: one of the object
+// stores the operator configured on the manager, by name. A Session cannot
+// name a URL, an endpoint, credentials or a key prefix; its log's root is
+// always [<store prefix>/]<namespace>/<name>/<uid>/.
 type SessionStorage struct {
-	// URL of the bucket holding the log, e.g. "s3://bucket?region=eu-west-1",
-	// "gs://bucket", "azblob://container" or "file:///var/lib/turnlog".
-	// Empty means the manager's default store.
-	// +kubebuilder:validation:MaxLength=1024
-	// +kubebuilder:validation:XValidation:rule="self.matches('^(s3|gs|azblob|file|mem)://')",message="storage.url must start with s3://, gs://, azblob://, file:// or mem://"
+	// Store is the name of a store configured on the manager (its --store
+	// or --stores-file); "default" unless set.
+	// +kubebuilder:default=default
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="storage.store must be a lowercase DNS label naming a store configured on the manager, e.g. \"default\""
 	// +optional
-	URL string `json:"url,omitempty"`
-	// Prefix is prepended to every object key of this Session.
-	// +kubebuilder:validation:MaxLength=256
-	// +kubebuilder:validation:XValidation:rule="!self.startsWith('/') && !self.contains('..')",message="storage.prefix must be relative and must not contain '..'"
-	// +optional
-	Prefix string `json:"prefix,omitempty"`
+	Store string `json:"store,omitempty"`
+}
+
+// StoreName is the store the Session names, DefaultStore if none.
+func (s SessionStorage) StoreName() string {
+	if s.Store == "" {
+		return DefaultStore
+	}
+	return s.Store
 }
 
 // RetentionPolicy says what happens to a Session's objects in storage when
@@ -70,6 +80,11 @@ type ForkOrigin struct {
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
 	Fork string `json:"fork,omitempty"`
+	// ForkUID is the UID of that SessionFork, so a Session is adopted as a
+	// fork's child only by the fork that created it.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	ForkUID string `json:"forkUID,omitempty"`
 	// AnchorSeq is the fork's floored atSeq.
 	// +kubebuilder:validation:Minimum=0
 	AnchorSeq int64 `json:"anchorSeq"`
@@ -85,15 +100,21 @@ type SessionSpec struct {
 	// to the adapter of the log's session/start event.
 	// +optional
 	Adapter Adapter `json:"adapter,omitempty"`
-	// Storage overrides the manager's default object store.
+	// Storage names the store the log is kept in; it is immutable, so the
+	// log a Session was created with is the one its retention applies to.
+	// +kubebuilder:default={}
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="storage is immutable: the log stays in the store the Session was created with"
 	// +optional
-	Storage *SessionStorage `json:"storage,omitempty"`
-	// Retention says whether the log is deleted with the Session.
+	Storage SessionStorage `json:"storage,omitempty"`
+	// Retention says whether the log is deleted with the Session. It is
+	// fixed when the Session is created.
 	// +kubebuilder:default=Delete
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="retention is immutable: it is decided when the Session is created"
 	// +optional
 	Retention RetentionPolicy `json:"retention,omitempty"`
-	// ForkedFrom is set by the SessionFork controller on the Sessions it
-	// creates; it is immutable.
+	// ForkedFrom is set by the manager on the Sessions a SessionFork
+	// creates, and by no one else (an admission policy refuses it); it is
+	// immutable.
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="forkedFrom is immutable"
 	// +optional
 	ForkedFrom *ForkOrigin `json:"forkedFrom,omitempty"`
@@ -182,6 +203,11 @@ type WorkerRun struct {
 	// RetryAt is when the run is attempted again after a failure.
 	// +optional
 	RetryAt *metav1.Time `json:"retryAt,omitempty"`
+	// Trigger is the Session's generation and last nudge the failures are
+	// counted under; a new one gives the run its attempts afresh.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	Trigger string `json:"trigger,omitempty"`
 }
 
 // SessionStatus is the observed state of a Session, summarising its log.
@@ -189,7 +215,8 @@ type SessionStatus struct {
 	// ObservedGeneration is the generation the status was computed for.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// Location is where the log lives: the store URL and the object prefix.
+	// Location is where the log lives: the store's name and the log's root
+	// in it.
 	// +kubebuilder:validation:MaxLength=2048
 	// +optional
 	Location string `json:"location,omitempty"`

@@ -19,11 +19,19 @@ type ForkTarget struct {
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="target.name must be a lowercase DNS subdomain, e.g. \"support-chat-retry\""
 	// +optional
 	Name string `json:"name,omitempty"`
-	// Labels added to the child Session.
+	// Labels added to the child Session: Kubernetes label keys and values
+	// (turnlog.dev/fork and turnlog.dev/fork-source are set by the
+	// controller).
 	// +kubebuilder:validation:MaxProperties=32
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$') && size(k.split('/')[size(k.split('/'))-1]) <= 63 && (size(k.split('/')) == 1 || size(k.split('/')[0]) <= 253))",message="target.labels keys must be Kubernetes label keys: an optional DNS subdomain prefix (at most 253 characters) and '/', then a name of at most 63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric"
 	// +optional
-	Labels map[string]string `json:"labels,omitempty"`
+	Labels map[string]LabelValue `json:"labels,omitempty"`
 }
+
+// LabelValue is a Kubernetes label value.
+// +kubebuilder:validation:MaxLength=63
+// +kubebuilder:validation:XValidation:rule="self.matches('^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$')",message="target.labels values must be Kubernetes label values: at most 63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric, or empty"
+type LabelValue string
 
 // SessionForkSpec is the desired fork. It is immutable: to fork elsewhere,
 // create another SessionFork.
@@ -35,7 +43,7 @@ type SessionForkSpec struct {
 	// is floored, so a UI's frozen node at "41.1" forks at seq 41; the child
 	// is seeded through the first turn/end at or after that seq.
 	// +kubebuilder:validation:MaxLength=64
-	// +kubebuilder:validation:XValidation:rule="self.matches('^[0-9]{1,20}([.][0-9]+)?$')",message="atSeq must be a non-negative decimal such as \"41\" or \"41.1\": digits with an optional fraction, at most 20 integer digits, no sign, exponent, spaces or NaN"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[0-9]{1,19}([.][0-9]{1,40})?$') && (size(self.split('.')[0]) < 19 || self.split('.')[0] <= '9223372036854775807')",message="atSeq must be a non-negative decimal such as \"41\" or \"41.1\": an integer part of at most 19 digits and at most 9223372036854775807, an optional fraction of at most 40 digits, no sign, exponent, spaces or NaN"
 	AtSeq string `json:"atSeq"`
 	// Target shapes the child Session.
 	// +optional

@@ -79,7 +79,7 @@ func (in *ForkTarget) DeepCopyInto(out *ForkTarget) {
 	*out = *in
 	if in.Labels != nil {
 		in, out := &in.Labels, &out.Labels
-		*out = make(map[string]string, len(*in))
+		*out = make(map[string]LabelValue, len(*in))
 		for key, val := range *in {
 			(*out)[key] = val
 		}
@@ -304,11 +304,7 @@ func (in *SessionReference) DeepCopy() *SessionReference {
 func (in *SessionSpec) DeepCopyInto(out *SessionSpec) {
 	*out = *in
 	out.Adapter = in.Adapter
-	if in.Storage != nil {
-		in, out := &in.Storage, &out.Storage
-		*out = new(SessionStorage)
-		**out = **in
-	}
+	out.Storage = in.Storage
 	if in.ForkedFrom != nil {
 		in, out := &in.ForkedFrom, &out.ForkedFrom
 		*out = new(ForkOrigin)

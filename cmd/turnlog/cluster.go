@@ -18,6 +18,7 @@ import (
 	"github.com/turnlog/turnlog/agenthost"
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/controllers"
+	"github.com/turnlog/turnlog/internal/store"
 )
 
 // The commands that work on a Session in a cluster. They find the cluster
@@ -31,15 +32,16 @@ func init() {
 
 // clusterFlags are the flags every cluster command takes.
 type clusterFlags struct {
-	kubeconfig, context, namespace, session, storeURL *string
+	kubeconfig, context, namespace, session, storeURL, storePrefix *string
 }
 
 func addClusterFlags(fs *flag.FlagSet) clusterFlags {
 	f := clusterFlags{
-		kubeconfig: fs.String("kubeconfig", "", "kubeconfig file; default: $KUBECONFIG, then ~/.kube/config"),
-		context:    fs.String("context", "", "kubeconfig context; default: the current context"),
-		session:    fs.String("session", "", "name of the Session (required)"),
-		storeURL:   fs.String("store-url", os.Getenv("TURNLOG_STORE_URL"), "object store of Sessions without spec.storage.url; default: $TURNLOG_STORE_URL"),
+		kubeconfig:  fs.String("kubeconfig", "", "kubeconfig file; default: $KUBECONFIG, then ~/.kube/config"),
+		context:     fs.String("context", "", "kubeconfig context; default: the current context"),
+		session:     fs.String("session", "", "name of the Session (required)"),
+		storeURL:    fs.String("store-url", os.Getenv("TURNLOG_STORE_URL"), "URL of the Session's object store (the one its spec.storage.store names on the manager), with your own credentials in the environment; default: $TURNLOG_STORE_URL"),
+		storePrefix: fs.String("store-prefix", os.Getenv("TURNLOG_STORE_PREFIX"), "the prefix the operator configured for that store, if any; default: $TURNLOG_STORE_PREFIX"),
 	}
 	f.namespace = fs.String("namespace", "", "namespace of the Session; default: the context's")
 	fs.StringVar(f.namespace, "n", "", "shorthand for --namespace")
@@ -71,7 +73,20 @@ func (f clusterFlags) sessionIO() (*controllers.SessionIO, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	return &controllers.SessionIO{Client: c, Stores: &controllers.BucketCache{DefaultURL: *f.storeURL}}, ns, nil
+	if *f.storeURL == "" {
+		return nil, "", errors.New("--store-url (or $TURNLOG_STORE_URL) is required")
+	}
+	if err := store.CheckURL(*f.storeURL); err != nil {
+		return nil, "", fmt.Errorf("--store-url: %w", err)
+	}
+	if p := *f.storePrefix; p != "" {
+		if err := store.ValidateKey(p); err != nil {
+			return nil, "", fmt.Errorf("--store-prefix %q: %w", p, err)
+		}
+	}
+	// Whatever store the Session names, it is the one at --store-url.
+	given := controllers.StoreConfig{URL: *f.storeURL, Prefix: *f.storePrefix}
+	return &controllers.SessionIO{Client: c, Stores: &controllers.BucketCache{Any: &given}}, ns, nil
 }
 
 func runImport(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {

@@ -5,12 +5,14 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
@@ -34,7 +36,23 @@ func runManager(ctx context.Context, args []string, _ io.Reader, _, stderr io.Wr
 	enableHTTP2 := fs.Bool("enable-http2", false, "serve metrics over HTTP/2 too (off: HTTP/2 Rapid Reset and Stream Cancellation CVEs)")
 	probeAddr := fs.String("health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints")
 	leaderElect := fs.Bool("leader-elect", false, "elect a leader, so that only one manager reconciles at a time")
-	storeURL := fs.String("store-url", "", "default object store for Sessions without spec.storage.url (s3://, gs://, azblob://, file://, mem://)")
+	storeURL := fs.String("store-url", "", "URL of the store named \"default\", the store of Sessions without spec.storage.store (s3://, gs://, azblob://, file://, mem://)")
+	var storeFlags []controllers.StoreConfig
+	fs.Func("store", "a named store Sessions can pick with spec.storage.store, as NAME=URL (repeatable)", func(v string) error {
+		sc, err := controllers.ParseStoreFlag(v)
+		storeFlags = append(storeFlags, sc)
+		return err
+	})
+	storesFile := fs.String("stores-file", "", "file of named stores, one \"NAME URL [PREFIX]\" per line (e.g. a mounted ConfigMap key)")
+	var namespaces []string
+	fs.Func("watch-namespace", "watch only this namespace (repeatable); the manager then needs permissions only there; default: every namespace", func(v string) error {
+		if errs := validation.IsDNS1123Label(v); len(errs) > 0 {
+			return fmt.Errorf("%q: %s", v, strings.Join(errs, "; "))
+		}
+		namespaces = append(namespaces, v)
+		return nil
+	})
+	deletionTimeout := fs.Duration("deletion-timeout", controllers.DefaultDeletionTimeout, "how long a deleted Session with retention Delete waits for its store before it is released with its log left in place")
 	pollInterval := fs.Duration("poll-interval", time.Minute, "how often a busy Session's log is looked at without a nudge")
 	maxPollInterval := fs.Duration("max-poll-interval", time.Hour, "how seldom a Session whose log has been quiet at least this long is looked at without a nudge")
 	workerMode := fs.String("worker-mode", controllers.WorkerModePod, "where assembly and replay run: pod (a Job per run) or local (inside the manager)")
@@ -42,6 +60,8 @@ func runManager(ctx context.Context, args []string, _ io.Reader, _, stderr io.Wr
 	workerSA := fs.String("worker-service-account", "", "service account of worker pods (its token is never mounted); empty: the namespace's default")
 	workerSecret := fs.String("worker-credentials-secret", "", "Secret in each Session's namespace whose keys become the worker's environment (store credentials)")
 	workerCPU := fs.String("worker-cpu-request", "100m", "CPU request of a worker pod")
+	workerCPULimit := fs.String("worker-cpu-limit", "1", "CPU limit of a worker pod; 0 for none")
+	workerMaxFailures := fs.Int("worker-max-failures", controllers.DefaultWorkerMaxFailures, "failed attempts of a worker run before it is given up until the Session is nudged or its spec changes")
 	workerMemory := fs.String("worker-memory-limit", "512Mi", "memory request and limit of a worker pod")
 	workerBackoff := fs.Int("worker-backoff-limit", 3, "pod retries of a worker Job before it fails")
 	workerDeadline := fs.Duration("worker-active-deadline", 15*time.Minute, "longest a worker Job may run, retries included")
@@ -54,10 +74,21 @@ func runManager(ctx context.Context, args []string, _ io.Reader, _, stderr io.Wr
 	}
 
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts), zap.WriteTo(stderr)))
-	resources, err := workerResources(*workerCPU, *workerMemory)
+	resources, err := workerResources(*workerCPU, *workerCPULimit, *workerMemory)
 	if err != nil {
 		return fail(stderr, "manager", err)
 	}
+	if *workerMaxFailures < 1 {
+		return fail(stderr, "manager", fmt.Errorf("--worker-max-failures %d: must be at least 1", *workerMaxFailures))
+	}
+	if *deletionTimeout <= 0 {
+		return fail(stderr, "manager", fmt.Errorf("--deletion-timeout %s: must be positive", *deletionTimeout))
+	}
+	stores, err := managerStores(*storeURL, storeFlags, *storesFile)
+	if err != nil {
+		return fail(stderr, "manager", err)
+	}
+	defer stores.Close()
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(turnlogv1.AddToScheme(scheme))
@@ -80,18 +111,18 @@ func runManager(ctx context.Context, args []string, _ io.Reader, _, stderr io.Wr
 		HealthProbeBindAddress: *probeAddr,
 		LeaderElection:         *leaderElect,
 		LeaderElectionID:       "turnlog-manager.turnlog.dev",
-		Cache:                  controllers.CacheOptions(),
+		Cache:                  controllers.CacheOptions(namespaces...),
 	})
 	if err != nil {
 		return fail(stderr, "manager", fmt.Errorf("create the manager: %w", err))
 	}
-	stores := &controllers.BucketCache{DefaultURL: *storeURL}
-	defer stores.Close()
 	cfg := controllers.Config{
-		Stores:          stores,
-		WorkerMode:      *workerMode,
-		PollInterval:    *pollInterval,
-		MaxPollInterval: *maxPollInterval,
+		Stores:            stores,
+		WorkerMode:        *workerMode,
+		PollInterval:      *pollInterval,
+		MaxPollInterval:   *maxPollInterval,
+		WorkerMaxFailures: int32(*workerMaxFailures),
+		DeletionTimeout:   *deletionTimeout,
 		Jobs: controllers.JobWorkers{
 			Image:                   *workerImage,
 			ServiceAccount:          *workerSA,
@@ -117,17 +148,49 @@ func runManager(ctx context.Context, args []string, _ io.Reader, _, stderr io.Wr
 	return 0
 }
 
-func workerResources(cpu, memory string) (corev1.ResourceRequirements, error) {
+// managerStores gathers the named stores from --store-url (the store named
+// "default"), --store and --stores-file.
+func managerStores(defaultURL string, flags []controllers.StoreConfig, file string) (*controllers.BucketCache, error) {
+	var all []controllers.StoreConfig
+	if defaultURL != "" {
+		all = append(all, controllers.StoreConfig{Name: turnlogv1.DefaultStore, URL: defaultURL})
+	}
+	all = append(all, flags...)
+	if file != "" {
+		fromFile, err := controllers.ReadStoresFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("--stores-file: %w", err)
+		}
+		all = append(all, fromFile...)
+	}
+	if len(all) == 0 {
+		return nil, fmt.Errorf("no store configured: give --store-url, --store or --stores-file")
+	}
+	return controllers.NewBucketCache(all, nil)
+}
+
+func workerResources(cpu, cpuLimit, memory string) (corev1.ResourceRequirements, error) {
 	c, err := resource.ParseQuantity(cpu)
 	if err != nil {
 		return corev1.ResourceRequirements{}, fmt.Errorf("--worker-cpu-request %q: %w", cpu, err)
+	}
+	cl, err := resource.ParseQuantity(cpuLimit)
+	if err != nil {
+		return corev1.ResourceRequirements{}, fmt.Errorf("--worker-cpu-limit %q: %w", cpuLimit, err)
 	}
 	m, err := resource.ParseQuantity(memory)
 	if err != nil {
 		return corev1.ResourceRequirements{}, fmt.Errorf("--worker-memory-limit %q: %w", memory, err)
 	}
+	limits := corev1.ResourceList{corev1.ResourceMemory: m}
+	if !cl.IsZero() {
+		if cl.Cmp(c) < 0 {
+			return corev1.ResourceRequirements{}, fmt.Errorf("--worker-cpu-limit %s is below --worker-cpu-request %s", cpuLimit, cpu)
+		}
+		limits[corev1.ResourceCPU] = cl
+	}
 	return corev1.ResourceRequirements{
 		Requests: corev1.ResourceList{corev1.ResourceCPU: c, corev1.ResourceMemory: m},
-		Limits:   corev1.ResourceList{corev1.ResourceMemory: m},
+		Limits:   limits,
 	}, nil
 }

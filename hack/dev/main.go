@@ -37,6 +37,7 @@ func run() error {
 	stateDirFlag := flag.String("state-dir", ".turnlog-dev", "directory for the cluster's state, the object store and logs; kept across runs")
 	controlPlane := flag.String("control-plane", "", "directory holding etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl (make control-plane)")
 	crds := flag.String("crds", "config/crd/bases", "directory of CRD manifests to install")
+	policy := flag.String("admission-policy", "config/admission/forkedfrom_policy.yaml", "admission policy manifest to install")
 	turnlogBin := flag.String("turnlog", "bin/turnlog", "the turnlog binary (make build)")
 	sample := flag.String("sample", "config/samples/support-chat.jsonl", "log imported as Session support-chat on first start")
 	flag.Parse()
@@ -67,6 +68,7 @@ func run() error {
 		BinaryDir:         *controlPlane,
 		StateDir:          filepath.Join(stateDir, "cluster"),
 		CRDDirectoryPaths: []string{*crds},
+		ManifestPaths:     []string{*policy},
 		Images:            map[string]string{workerImage: bin},
 	})
 	cancelStart()

@@ -30,10 +30,12 @@ var (
 	ErrTurnNotEnded = errors.New("the anchor's turn has not ended yet")
 )
 
-// Limits on atSeq: a seq fits in 19 digits, so 20 already means a mistake,
-// and no UI renders more fraction digits than a float64 holds.
+// Limits on atSeq: a seq fits in 19 digits, and no UI renders more
+// fraction digits than a float64 holds. The CRD's CEL rule on
+// spec.atSeq accepts exactly what ParseAtSeq accepts (the API suite walks
+// the edge cases through both).
 const (
-	maxIntegerDigits  = 20
+	maxIntegerDigits  = 19
 	maxFractionDigits = 40
 )
 

@@ -39,8 +39,8 @@ func TestParseAtSeq(t *testing.T) {
 		{"4.1.1", 0, `must be a non-negative decimal`},
 		{"0x10", 0, `must be a non-negative decimal`},
 		{"٤١", 0, `must be a non-negative decimal`},
-		{"123456789012345678901", 0, `more than 20 integer digits`},
-		{"99999999999999999999", 0, `beyond the largest possible seq`},
+		{"12345678901234567890", 0, `more than 19 integer digits`},
+		{"9223372036854775808", 0, `beyond the largest possible seq`},
 		{"1." + strings.Repeat("9", 41), 0, `more than 40 fraction digits`},
 	}
 	for _, tt := range tests {

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -33,46 +35,103 @@ type Options struct {
 //	file:///abs/dir[?create_dir=true]
 //	s3://bucket?region=R[&endpoint=http://host:port&use_path_style=true&disable_https=true]
 //	gs://bucket
-//	azblob://container
+//	azblob://container[?domain=D&protocol=P&localemu=true]
 //
-// s3:// takes the query parameters of gocloud.dev/aws.V2ConfigFromURLParams
-// plus use_path_style and disable_https; gs:// and azblob:// are opened by
-// gocloud with their default credentials.
+// Only the query parameters in allowedParams are accepted (see CheckURL);
+// credentials and identities come from the process's environment (the
+// AWS, Google and Azure default chains) or, for s3://, from opts, never
+// from the URL.
 func Open(ctx context.Context, rawURL string, opts *Options) (Bucket, error) {
 	if opts == nil {
 		opts = &Options{}
 	}
-	u, err := url.Parse(rawURL)
+	u, err := parseURL(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("open bucket: %w", err)
+		return nil, err
 	}
 	switch u.Scheme {
 	case "file":
 		return openFile(u)
 	case "s3":
 		return openS3(ctx, u, opts)
-	case "mem", "gs", "azblob":
+	default: // mem, gs, azblob
 		b, err := blob.OpenBucket(ctx, rawURL)
 		if err != nil {
 			return nil, fmt.Errorf("open bucket %s: %w", u.Redacted(), err)
 		}
 		return &blobBucket{b: b}, nil
-	default:
+	}
+}
+
+// allowedParams are the query parameters Open accepts, by scheme. Every
+// other parameter is refused, because the libraries behind Open read
+// files (gs private_key_path, s3 web_identity_token_file), pick
+// identities (s3 role and profile, azblob storage_account) or hosts (gs
+// universe_domain) from them: whoever writes the URL would choose what the
+// process reads and whom it authenticates as.
+var allowedParams = map[string][]string{
+	"mem":    nil,
+	"file":   {"create_dir"},
+	"s3":     {"region", "endpoint", "use_path_style", "disable_https", "dualstack", "fips", "request_checksum_calculation", "response_checksum_validation"},
+	"gs":     nil,
+	"azblob": {"domain", "protocol", "localemu"},
+}
+
+// CheckURL reports whether Open would accept rawURL's form: a supported
+// scheme, no user info or fragment, and only the allowed query
+// parameters, each given once. It does not contact the store.
+func CheckURL(rawURL string) error {
+	_, err := parseURL(rawURL)
+	return err
+}
+
+func parseURL(rawURL string) (*url.URL, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("open bucket: %w", err)
+	}
+	allowed, ok := allowedParams[u.Scheme]
+	if !ok {
 		return nil, fmt.Errorf("open bucket %s: unsupported scheme %q (want mem, file, s3, gs or azblob)", u.Redacted(), u.Scheme)
 	}
+	if u.User != nil {
+		return nil, fmt.Errorf("open bucket %s: credentials do not go in the URL; use the environment", u.Redacted())
+	}
+	if u.Fragment != "" || u.Opaque != "" {
+		return nil, fmt.Errorf("open bucket %s: not a store URL", u.Redacted())
+	}
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return nil, fmt.Errorf("open bucket %s: query: %w", u.Redacted(), err)
+	}
+	for _, k := range slices.Sorted(func(yield func(string) bool) {
+		for k := range q {
+			if !yield(k) {
+				return
+			}
+		}
+	}) {
+		if !slices.Contains(allowed, k) {
+			want := "none"
+			if len(allowed) > 0 {
+				want = strings.Join(allowed, ", ")
+			}
+			return nil, fmt.Errorf("open bucket %s: parameter %q is not supported for %s:// URLs (supported: %s)", u.Redacted(), k, u.Scheme, want)
+		}
+		if len(q[k]) > 1 {
+			return nil, fmt.Errorf("open bucket %s: parameter %q given more than once", u.Redacted(), k)
+		}
+	}
+	return u, nil
 }
 
 func openFile(u *url.URL) (Bucket, error) {
 	if u.Host != "" && u.Host != "localhost" {
 		return nil, fmt.Errorf("open bucket %s: file URLs name a local directory: file:///path", u.Redacted())
 	}
-	q := u.Query()
 	create := false
-	for k := range q {
-		if k != "create_dir" {
-			return nil, fmt.Errorf("open bucket %s: unknown parameter %q", u.Redacted(), k)
-		}
-		v, err := strconv.ParseBool(q.Get(k))
+	if q := u.Query(); q.Has("create_dir") {
+		v, err := strconv.ParseBool(q.Get("create_dir"))
 		if err != nil {
 			return nil, fmt.Errorf("open bucket %s: create_dir: %w", u.Redacted(), err)
 		}

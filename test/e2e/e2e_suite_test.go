@@ -141,6 +141,7 @@ func startLocalCluster(ctx context.Context, tmp string) {
 	defer cancel()
 	cluster, err := localcluster.Start(startCtx, localcluster.Options{
 		CRDDirectoryPaths: []string{filepath.Join(env.root, "config", "crd", "bases")},
+		ManifestPaths:     []string{filepath.Join(env.root, "config", "admission", "forkedfrom_policy.yaml")},
 		Images:            map[string]string{workerImage: env.turnlog, slowWorkerImage: slow},
 	})
 	Expect(err).NotTo(HaveOccurred())

@@ -38,6 +38,8 @@ import (
 	"k8s.io/client-go/util/cert"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/turnlog/turnlog/internal/kubeapply"
 )
 
 // DefaultNodeName is the name of the local node unless Options.NodeName
@@ -69,6 +71,9 @@ type Options struct {
 	// CRDDirectoryPaths are CRD manifests (files or directories) installed
 	// before Start returns.
 	CRDDirectoryPaths []string
+	// ManifestPaths are YAML files of further objects (such as the
+	// admission policy of config/admission) created after the CRDs.
+	ManifestPaths []string
 	// Images maps container images to local binaries. A pod's image matches
 	// a key exactly or, failing that, by its name without tag or digest.
 	Images map[string]string
@@ -141,6 +146,9 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 
 	if err := c.startControlPlane(binDir, opts.CRDDirectoryPaths); err != nil {
 		return nil, err
+	}
+	if err := kubeapply.Apply(ctx, c.RESTConfig, opts.ManifestPaths...); err != nil {
+		return nil, fmt.Errorf("installing manifests: %w", err)
 	}
 	if err := c.startControllers(ctx, binDir); err != nil {
 		return nil, err

@@ -1,0 +1,397 @@
+package controllers
+
+import (
+	"bytes"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/store"
+)
+
+// Two tenants, alice in one namespace and bob in another, each allowed
+// everything on Sessions and SessionForks in their own namespace and
+// nothing else, talk to the API server as themselves (impersonated) and try
+// what a tenant could do to the shared manager or to the other tenant:
+// make the manager read files or call hosts of their choosing, read its
+// backend's errors, forge a fork's child, reach into the other namespace's
+// logs, orphan a log, or hold a deletion forever.
+var _ = Describe("Tenants", Ordered, func() {
+	const (
+		deletionTimeout = 4 * time.Second
+		forgedMessage   = "spec.forkedFrom is set only by the turnlog manager"
+		backendSecret   = "backend-says-AKIA-and-a-private-body"
+	)
+	var (
+		teamA, teamB string
+		alice, bob   client.Client
+		stores       *BucketCache
+		sio          *SessionIO
+		storeDir     string
+		attacker     *listener
+		backend      *httptest.Server
+		backendHits  atomic.Int32
+		stop         func()
+	)
+
+	BeforeAll(func() {
+		teamA, teamB = newNamespace("team-a"), newNamespace("team-b")
+		alice, bob = tenant(teamA, "alice"), tenant(teamB, "bob")
+		attacker = listen()
+		// The operator's store that fails: an S3 endpoint refusing every
+		// request with a body that must never reach a tenant.
+		backend = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			backendHits.Add(1)
+			http.Error(w, backendSecret, http.StatusForbidden)
+		}))
+		DeferCleanup(backend.Close)
+
+		storeDir = GinkgoT().TempDir()
+		var err error
+		stores, err = NewBucketCache([]StoreConfig{
+			{Name: "default", URL: "file://" + storeDir, Prefix: "tenants"},
+			{Name: "broken", URL: "s3://logs?region=us-east-1&use_path_style=true&disable_https=true&endpoint=" + backend.URL},
+			// A store that cannot even be opened, as when its volume is gone.
+			{Name: "unreachable", URL: "file://" + filepath.Join(storeDir, "gone")},
+		}, &store.Options{AccessKeyID: "AKIDOPERATOR", SecretAccessKey: "operator-secret"})
+		Expect(err).NotTo(HaveOccurred())
+		sio = &SessionIO{Client: k8sClient, Stores: stores}
+		stop = startManagerIn([]string{teamA, teamB}, Config{
+			Stores: stores, WorkerMode: WorkerModeLocal, PollInterval: time.Hour, DeletionTimeout: deletionTimeout,
+		})
+
+		By("waiting until the API server enforces the admission policy")
+		Eventually(func() string {
+			err := alice.Create(ctx, forged(teamA, "probe"), client.DryRunAll)
+			if err == nil {
+				return "admitted"
+			}
+			return err.Error()
+		}).Should(ContainSubstring(forgedMessage))
+	})
+	AfterAll(func() {
+		stop()
+		Expect(stores.Close()).To(Succeed())
+		Expect(attacker.accepted.Load()).To(BeZero(), "a tenant made the manager connect to its listener")
+	})
+
+	// rawSession is a Session as a tenant may write it with kubectl,
+	// fields this API does not have included.
+	rawSession := func(ns, name string, spec map[string]any) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "turnlog.dev/v1alpha1", "kind": "Session",
+			"metadata": map[string]any{"name": name, "namespace": ns},
+			"spec":     spec,
+		}}
+	}
+	// dirs lists a directory of the default store.
+	dirs := func(path ...string) []string {
+		GinkgoHelper()
+		entries, err := os.ReadDir(filepath.Join(append([]string{storeDir}, path...)...))
+		Expect(err).NotTo(HaveOccurred())
+		var out []string
+		for _, e := range entries {
+			out = append(out, e.Name())
+		}
+		return out
+	}
+
+	It("keeps each tenant out of the other's namespace", func() {
+		Expect(bob.Create(ctx, &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Name: "victim", Namespace: teamB}})).To(Succeed())
+		err := alice.Get(ctx, client.ObjectKey{Namespace: teamB, Name: "victim"}, &turnlogv1.Session{})
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
+		err = alice.Create(ctx, &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Name: "intruder", Namespace: teamB}})
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
+	})
+
+	It("cannot express a store URL, endpoint, credentials file or key prefix in a Session", func() {
+		for name, storage := range map[string]map[string]any{
+			"gcs-key-file": {"url": "gs://any-bucket?private_key_path=/dev/zero"},
+			"s3-endpoint":  {"url": "s3://b?region=us-east-1&endpoint=http://" + attacker.ln.Addr().String() + "&use_path_style=true&disable_https=true"},
+			"disk-probe":   {"url": "file:///etc?create_dir=true"},
+			"other-ns":     {"prefix": teamB + "/victim"},
+		} {
+			By(name + ": refused where the request asks for strict field validation, as kubectl does")
+			err := alice.Create(ctx, rawSession(teamA, name, map[string]any{"storage": storage}), client.FieldValidation("Strict"))
+			Expect(apierrors.IsBadRequest(err) || apierrors.IsInvalid(err)).To(BeTrue(), "got %v", err)
+			for field := range storage {
+				Expect(err.Error()).To(ContainSubstring(`unknown field "spec.storage.` + field + `"`))
+			}
+
+			By(name + ": dropped by the API server otherwise; the Session is in the default store")
+			Expect(alice.Create(ctx, rawSession(teamA, name, map[string]any{"storage": storage}))).To(Succeed())
+			s := &turnlogv1.Session{}
+			Expect(alice.Get(ctx, client.ObjectKey{Namespace: teamA, Name: name}, s)).To(Succeed())
+			Expect(s.Spec.Storage).To(Equal(turnlogv1.SessionStorage{Store: "default"}))
+			Eventually(func(g Gomega) {
+				s := getSession(teamA, name)(g)
+				g.Expect(cond(s.Status.Conditions, turnlogv1.ConditionReady)).To(Equal("True/EmptyLog"))
+				g.Expect(s.Status.Location).To(Equal("default:tenants/" + teamA + "/" + name + "/" + string(s.UID)))
+			}).Should(Succeed())
+		}
+
+		By("refusing anything but a store name in spec.storage.store")
+		for _, name := range []string{"s3://b?endpoint=http://" + attacker.ln.Addr().String(), "../" + teamB, "Default", "a/b", strings.Repeat("a", 64)} {
+			err := alice.Create(ctx, rawSession(teamA, "bad-store", map[string]any{"storage": map[string]any{"store": name}}))
+			Expect(apierrors.IsInvalid(err)).To(BeTrue(), "store %q: got %v", name, err)
+		}
+	})
+
+	It("reports a store the manager does not have as StoreNotFound, and contacts nothing", func() {
+		s := &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Name: "elsewhere", Namespace: teamA},
+			Spec: turnlogv1.SessionSpec{Storage: turnlogv1.SessionStorage{Store: "attacker-endpoint"}}}
+		Expect(alice.Create(ctx, s)).To(Succeed())
+		Eventually(func(g Gomega) {
+			s := getSession(teamA, "elsewhere")(g)
+			g.Expect(cond(s.Status.Conditions, turnlogv1.ConditionReady)).To(Equal("False/StoreNotFound"))
+			g.Expect(s.Status.Conditions).To(ContainElement(HaveField("Message",
+				`store "attacker-endpoint" is not configured on the manager (configured stores: broken, default, unreachable)`)))
+		}).Should(Succeed())
+		Expect(attacker.accepted.Load()).To(BeZero())
+	})
+
+	It("shows a failing store's errors to the tenant only as a stable message", func() {
+		s := &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Name: "on-broken", Namespace: teamA},
+			Spec: turnlogv1.SessionSpec{Storage: turnlogv1.SessionStorage{Store: "broken"}}}
+		Expect(alice.Create(ctx, s)).To(Succeed())
+		var ready metav1.Condition
+		Eventually(func(g Gomega) {
+			s := getSession(teamA, "on-broken")(g)
+			g.Expect(cond(s.Status.Conditions, turnlogv1.ConditionReady)).To(Equal("False/StoreUnavailable"))
+			for _, c := range s.Status.Conditions {
+				if c.Type == turnlogv1.ConditionReady {
+					ready = c
+				}
+			}
+		}).Should(Succeed())
+		Expect(backendHits.Load()).To(BeNumerically(">", 0), "the store was not even asked")
+		Expect(ready.Message).To(ContainSubstring(`store "broken"`))
+		Expect(ready.Message).To(ContainSubstring("the details are in the manager's log"))
+		host := strings.TrimPrefix(backend.URL, "http://")
+		for _, leak := range []string{backendSecret, host, "127.0.0.1", "AKIDOPERATOR", "403"} {
+			Expect(ready.Message).NotTo(ContainSubstring(leak))
+		}
+	})
+
+	It("refuses a forged spec.forkedFrom on create and on update, and admits the manager's", func() {
+		err := alice.Create(ctx, forged(teamA, "forged"))
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
+		Expect(err.Error()).To(ContainSubstring(forgedMessage))
+		err = bob.Create(ctx, forged(teamB, "forged"))
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
+
+		plain := &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: teamA}}
+		Expect(alice.Create(ctx, plain)).To(Succeed())
+		base := plain.DeepCopy()
+		plain.Spec.ForkedFrom = forged(teamA, "plain").Spec.ForkedFrom
+		err = alice.Patch(ctx, plain, client.MergeFrom(base))
+		Expect(apierrors.IsForbidden(err) || apierrors.IsInvalid(err)).To(BeTrue(), "got %v", err)
+
+		By("admitting the same Session from the manager's identity")
+		Expect(k8sClient.Create(ctx, forged(teamA, "forged"), client.DryRunAll)).To(Succeed())
+	})
+
+	It("adopts as a fork's child only the Session the manager created for that fork", func() {
+		log := readLog("aborted-turn.jsonl")
+		_, _, err := sio.Import(ctx, teamB, "victim", bytes.NewReader(log))
+		Expect(err).NotTo(HaveOccurred())
+		victim := waitReady(teamB, "victim")
+		victimFiles := dirs("tenants", teamB, "victim", string(victim.UID), "log")
+		_, _, err = sio.Import(ctx, teamA, "source", bytes.NewReader(log))
+		Expect(err).NotTo(HaveOccurred())
+		waitReady(teamA, "source")
+
+		By("squatting the child's name with a Session of alice's own")
+		Expect(alice.Create(ctx, &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Name: "squat", Namespace: teamA}})).To(Succeed())
+		squat := newFork(teamA, "squat-fork", "source", "9")
+		squat.Spec.Target.Name = "squat"
+		Expect(alice.Create(ctx, squat)).To(Succeed())
+		Eventually(func(g Gomega) string {
+			return cond(getFork(teamA, "squat-fork")(g).Status.Conditions, turnlogv1.ConditionSucceeded)
+		}).Should(Equal("False/TargetExists"))
+		Expect(getSession(teamA, "squat")(Default).Status.HeadSeq).To(BeNil(), "the squatter's log was written")
+
+		By("naming the other namespace's Session as the source")
+		Expect(alice.Create(ctx, newFork(teamA, "steal", "victim", "9"))).To(Succeed())
+		Eventually(func(g Gomega) string {
+			return cond(getFork(teamA, "steal")(g).Status.Conditions, turnlogv1.ConditionSucceeded)
+		}).Should(Equal("False/SourceNotFound"))
+
+		By("forking for real")
+		retry := newFork(teamA, "retry", "source", "9")
+		Expect(alice.Create(ctx, retry)).To(Succeed())
+		Eventually(func(g Gomega) string {
+			return cond(getFork(teamA, "retry")(g).Status.Conditions, turnlogv1.ConditionSucceeded)
+		}).Should(Equal("True/Forked"))
+		child := waitReady(teamA, "retry")
+		Expect(child.Spec.ForkedFrom.ForkUID).To(Equal(string(getFork(teamA, "retry")(Default).UID)))
+		Expect(dirs("tenants", teamA, "retry", string(child.UID), "log")).NotTo(BeEmpty())
+
+		By("letting alice edit her child otherwise")
+		base := child.DeepCopy()
+		child.Labels["team"] = "support"
+		Expect(alice.Patch(ctx, child, client.MergeFrom(base))).To(Succeed())
+
+		By("leaving the other namespace's log as it was")
+		Expect(dirs("tenants")).To(ConsistOf(teamA, teamB))
+		Expect(dirs("tenants", teamB)).To(ConsistOf("victim"))
+		Expect(dirs("tenants", teamB, "victim", string(victim.UID), "log")).To(Equal(victimFiles))
+		Expect(exportLog(sio, teamB, "victim")).To(Equal(string(log)))
+	})
+
+	It("refuses edits of storage and retention, which would move or orphan the log", func() {
+		s := &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Name: "settled", Namespace: teamA},
+			Spec: turnlogv1.SessionSpec{Storage: turnlogv1.SessionStorage{Store: "broken"}, Retention: turnlogv1.RetentionDelete}}
+		Expect(alice.Create(ctx, s)).To(Succeed())
+
+		// Merge patches, as kubectl edit and patch send: no resourceVersion,
+		// so the manager's own writes cannot make them conflict.
+		moved := s.DeepCopy()
+		moved.Spec.Storage.Store = "default"
+		err := alice.Patch(ctx, moved, client.MergeFrom(s))
+		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "got %v", err)
+		Expect(err.Error()).To(ContainSubstring("storage is immutable"))
+
+		dropped := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"storage":null}}`))
+		err = alice.Patch(ctx, s.DeepCopy(), dropped)
+		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "got %v", err)
+
+		kept := s.DeepCopy()
+		kept.Spec.Retention = turnlogv1.RetentionRetain
+		err = alice.Patch(ctx, kept, client.MergeFrom(s))
+		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "got %v", err)
+		Expect(err.Error()).To(ContainSubstring("retention is immutable"))
+	})
+
+	It("refuses target.labels that a Session could not carry", func() {
+		for _, labels := range []map[string]turnlogv1.LabelValue{
+			{"bad key!": "x"},
+			{"team": "bad value!"},
+			{strings.Repeat("k", 64): "x"},
+			{"team": turnlogv1.LabelValue(strings.Repeat("v", 64))},
+			{"/team": "x"},
+			{"Example.com/team": "x"},
+		} {
+			f := newFork(teamA, "labelled", "source", "9")
+			f.Spec.Target.Labels = labels
+			err := alice.Create(ctx, f, client.DryRunAll)
+			Expect(apierrors.IsInvalid(err)).To(BeTrue(), "labels %v: got %v", labels, err)
+			Expect(err.Error()).To(ContainSubstring("target.labels"))
+		}
+		f := newFork(teamA, "labelled", "source", "9")
+		f.Spec.Target.Labels = map[string]turnlogv1.LabelValue{"example.com/team": "support", "tier": "", "a_b.c-d": "A_1.b-2"}
+		Expect(alice.Create(ctx, f, client.DryRunAll)).To(Succeed())
+	})
+
+	It("releases a deleted Session whose store cannot be opened after the deletion timeout", func() {
+		for _, name := range []string{"unreachable", "attacker-endpoint"} {
+			s := &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Name: "doomed-" + name, Namespace: teamA},
+				Spec: turnlogv1.SessionSpec{Storage: turnlogv1.SessionStorage{Store: name}, Retention: turnlogv1.RetentionDelete}}
+			Expect(alice.Create(ctx, s)).To(Succeed())
+		}
+		for _, name := range []string{"doomed-unreachable", "doomed-attacker-endpoint"} {
+			Eventually(func(g Gomega) []string {
+				return getSession(teamA, name)(g).Finalizers
+			}).Should(ContainElement(turnlogv1.FinalizerRetention))
+		}
+		start := time.Now()
+		for _, name := range []string{"doomed-unreachable", "doomed-attacker-endpoint"} {
+			Expect(alice.Delete(ctx, &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: teamA}})).To(Succeed())
+		}
+		for _, name := range []string{"doomed-unreachable", "doomed-attacker-endpoint"} {
+			Eventually(func() bool {
+				return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKey{Namespace: teamA, Name: name}, &turnlogv1.Session{}))
+			}).WithTimeout(deletionTimeout+time.Minute).Should(BeTrue(), name)
+			Eventually(sessionEvents(teamA, name, turnlogv1.EventLogOrphaned)).Should(ConsistOf(And(
+				HaveField("Type", "Warning"), HaveField("Note", ContainSubstring("gave up deleting the log at")))))
+		}
+		// The manager did try for the bounded time instead of letting go at once.
+		Expect(time.Since(start)).To(BeNumerically(">=", deletionTimeout-time.Second))
+	})
+
+	It("refuses the same URL parameters in the operator's own store configuration", func() {
+		_, err := ParseStoreFlag("keys=gs://b?private_key_path=/dev/zero")
+		Expect(err).To(MatchError(ContainSubstring(`parameter "private_key_path" is not supported`)))
+		path := filepath.Join(GinkgoT().TempDir(), "stores")
+		Expect(os.WriteFile(path, []byte("# name url prefix\ndefault mem://\nlogs s3://b?region=us-east-1&profile=admin team\n"), 0o600)).To(Succeed())
+		_, err = ReadStoresFile(path)
+		Expect(err).To(MatchError(ContainSubstring(path + `:3: store logs: open bucket s3://b?region=us-east-1&profile=admin: parameter "profile" is not supported`)))
+	})
+})
+
+// tenant gives user everything on Sessions and SessionForks in ns, and
+// nothing else, and returns a client that acts as that user.
+func tenant(ns, user string) client.Client {
+	GinkgoHelper()
+	role := &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "turnlog-tenant", Namespace: ns},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{"turnlog.dev"}, Resources: []string{"sessions", "sessionforks"}, Verbs: []string{"*"}},
+			{APIGroups: []string{"turnlog.dev"}, Resources: []string{"sessions/status", "sessionforks/status"}, Verbs: []string{"get"}},
+		},
+	}
+	Expect(k8sClient.Create(ctx, role)).To(Succeed())
+	Expect(k8sClient.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "turnlog-tenant-" + user, Namespace: ns},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+	})).To(Succeed())
+	c := rest.CopyConfig(cfg)
+	c.Impersonate = rest.ImpersonationConfig{UserName: user}
+	cl, err := client.New(c, client.Options{Scheme: scheme.Scheme})
+	Expect(err).NotTo(HaveOccurred())
+	return cl
+}
+
+// forged is a Session claiming to be a fork's child.
+func forged(ns, name string) *turnlogv1.Session {
+	return &turnlogv1.Session{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: turnlogv1.SessionSpec{ForkedFrom: &turnlogv1.ForkOrigin{
+			Session: "source", UID: "b1e3a0c2-0000-4000-8000-000000000001", Fork: name, ForkUID: "b1e3a0c2-0000-4000-8000-000000000002",
+			AnchorSeq: 9, CutSeq: 15,
+		}},
+	}
+}
+
+// listener counts the connections made to it.
+type listener struct {
+	ln       net.Listener
+	accepted atomic.Int32
+}
+
+func listen() *listener {
+	GinkgoHelper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	Expect(err).NotTo(HaveOccurred())
+	l := &listener{ln: ln}
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			l.accepted.Add(1)
+			conn.Close()
+		}
+	}()
+	DeferCleanup(ln.Close)
+	return l
+}
