@@ -203,6 +203,23 @@ var _ = Describe("config/default", func() {
 	})
 })
 
+var _ = Describe("config/namespaced", func() {
+	It("binds the manager's permissions only in the namespaces it watches (server-side dry run)", func() {
+		for _, name := range []string{"turnlog-system", "team-a", "team-b"} {
+			namespace := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+			Expect(client.IgnoreAlreadyExists(k8sClient.Create(ctx, namespace))).To(Succeed())
+		}
+		built := kubectl("kustomize", filepath.Join("..", "config", "namespaced"))
+		manifests := filepath.Join(GinkgoT().TempDir(), "namespaced.yaml")
+		Expect(os.WriteFile(manifests, []byte(built), 0o600)).To(Succeed())
+		out := kubectl("apply", "--dry-run=server", "-f", manifests)
+		Expect(out).To(ContainSubstring("rolebinding.rbac.authorization.k8s.io/turnlog-manager created (server dry run)"))
+		Expect(out).NotTo(ContainSubstring("clusterrolebinding.rbac.authorization.k8s.io/turnlog-manager "))
+		Expect(built).To(ContainSubstring("--watch-namespace=team-a"))
+		Expect(out).To(ContainSubstring("validatingadmissionpolicy.admissionregistration.k8s.io/turnlog-forkedfrom"))
+	})
+})
+
 // kubectl runs the control plane's kubectl against the test API server as
 // an admin and returns its stdout.
 func kubectl(args ...string) string {

@@ -38,7 +38,7 @@ var _ = Describe("Session controller with pod workers", Ordered, func() {
 		stores = storesAt("file://" + GinkgoT().TempDir())
 		sio = &SessionIO{Client: k8sClient, Stores: stores}
 		stop = startManager(ns, Config{
-			Stores: stores, WorkerMode: WorkerModePod, PollInterval: time.Hour,
+			Stores: stores, WorkerMode: WorkerModePod, PollInterval: time.Hour, WorkerMaxFailures: 2,
 			Jobs: JobWorkers{
 				Image: "ghcr.io/turnlog/turnlog:test", ServiceAccount: "turnlog-worker", CredentialsSecret: "store-credentials",
 				Resources:    corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")}},
@@ -163,6 +163,41 @@ var _ = Describe("Session controller with pod workers", Ordered, func() {
 		s := waitReady(ns, "flaky")
 		Expect(s.Status.Worker).To(BeNil())
 		Expect(*s.Status.HeadSeq).To(Equal(int64(21)))
+	})
+
+	It("stops retrying a run after --worker-max-failures attempts, until the Session is nudged", func() {
+		session, _, err := sio.Import(ctx, ns, "doomed", bytes.NewReader(readLog("aborted-turn.jsonl")))
+		Expect(err).NotTo(HaveOccurred())
+		first := theJob(session)
+		runWorkerPod(&first, 1)
+		second := theJob(session)
+		Expect(second.UID).NotTo(Equal(first.UID))
+		runWorkerPod(&second, 1)
+
+		Eventually(func(g Gomega) {
+			s := getSession(ns, "doomed")(g)
+			g.Expect(cond(s.Status.Conditions, turnlogv1.ConditionReady)).To(Equal("False/WorkerFailedPermanently"))
+			g.Expect(s.Status.Worker.Failures).To(Equal(int32(2)))
+			g.Expect(s.Status.Worker.RetryAt).To(BeNil())
+		}).Should(Succeed())
+		Eventually(sessionEvents(ns, "doomed", turnlogv1.EventWorkerFailedPermanently)).Should(ConsistOf(
+			And(HaveField("Type", "Warning"), HaveField("Note", ContainSubstring("assemble run "+first.Name+" failed 2 times and is not retried")))))
+		// Longer than the backoff a third attempt would have waited (10s).
+		Consistently(func(g Gomega) []batchv1.Job { return unfinishedJobs(g, session) }, 12*time.Second, time.Second).Should(BeEmpty())
+
+		By("nudging the Session: the run gets its attempts afresh")
+		s := getSession(ns, "doomed")(Default)
+		patch := client.MergeFrom(s.DeepCopy())
+		s.Annotations[turnlogv1.AnnotationRequestedAt] = time.Now().UTC().Format(time.RFC3339Nano)
+		Expect(k8sClient.Patch(ctx, s, patch)).To(Succeed())
+		third := theJob(session)
+		Expect(third.Name).To(Equal(first.Name))
+		runWorkerPod(&third, 0)
+		Eventually(func(g Gomega) *turnlogv1.WorkerRun { return getSession(ns, "doomed")(g).Status.Worker }).
+			Should(HaveField("Task", "replay"))
+		replay := theJob(session)
+		runWorkerPod(&replay, 0)
+		waitReady(ns, "doomed")
 	})
 
 	It("creates a worker Job again when it vanishes", func() {

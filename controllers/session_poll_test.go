@@ -24,8 +24,13 @@ type countedStores struct {
 	bucket *storetest.Counting
 }
 
-func (s countedStores) Logs(context.Context, string) (*sessionlog.Store, error) {
-	return sessionlog.New(s.bucket), nil
+func (s countedStores) Store(ctx context.Context, name string) (*SessionStore, error) {
+	st, err := s.BucketCache.Store(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	st.Logs = sessionlog.New(s.bucket)
+	return st, nil
 }
 
 // Many Sessions left alone, the way most of a large installation is: what
@@ -43,8 +48,9 @@ var _ = Describe("Idle Sessions", Ordered, func() {
 
 	BeforeAll(func() {
 		ns = newNamespace("idle")
-		stores = &BucketCache{DefaultURL: "file://" + GinkgoT().TempDir()}
-		b, err := stores.Bucket(ctx, "")
+		url := "file://" + GinkgoT().TempDir()
+		stores = storesAt(url)
+		b, err := stores.bucket(ctx, url)
 		Expect(err).NotTo(HaveOccurred())
 		counted = countedStores{BucketCache: stores, bucket: storetest.NewCounting(b)}
 		sio = &SessionIO{Client: k8sClient, Stores: stores}
@@ -126,7 +132,7 @@ var _ = Describe("Idle Sessions", Ordered, func() {
 
 	It("notice an append made without a nudge at the next poll", func() {
 		s := waitReady(ns, "idle-007")
-		log, err := sessionlog.New(counted.bucket).Log(sessionLocation(s))
+		log, err := sessionlog.New(counted.bucket).Log(sessionlog.Location{Namespace: s.Namespace, Session: s.Name, UID: string(s.UID)})
 		Expect(err).NotTo(HaveOccurred())
 		_, err = log.NewAppender("").Append(ctx, []byte(`{"type":"turn/start","turn":3}`), []byte(`{"type":"turn/end","turn":3,"reason":"aborted"}`))
 		Expect(err).NotTo(HaveOccurred())
