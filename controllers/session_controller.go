@@ -218,7 +218,7 @@ func (r *SessionReconciler) reconcileWork(ctx context.Context, s *sessionScope) 
 	}
 	for s.pending != "" {
 		run := WorkerRun{
-			Session: s.session, Task: s.pending, StoreURL: s.store.URL,
+			Session: s.session, Task: s.pending, Store: s.store.Name, StoreURL: s.store.URL,
 			Location: s.location, Target: s.target, Log: s.log,
 		}
 		run.Name = runName(s.session, run.Task, s.position(run.Task))

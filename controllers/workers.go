@@ -18,9 +18,11 @@ import (
 // deterministically from what it works on, so a restarted manager finds the
 // run it started instead of starting another.
 type WorkerRun struct {
-	Session  *turnlogv1.Session
-	Task     worker.Task
-	Name     string
+	Session *turnlogv1.Session
+	Task    worker.Task
+	Name    string
+	// Store is the name of the Session's store; StoreURL opens it.
+	Store    string
 	StoreURL string
 	Location sessionlog.Location
 	Target   turnlog.Adapter
@@ -72,10 +74,13 @@ func runName(session *turnlogv1.Session, task worker.Task, position string) stri
 // machines without a kubelet and for tests.
 type LocalWorkers struct{}
 
-// Run runs the task to completion.
+// Run runs the task to completion. The run reads the store with the
+// manager's credentials, so its error reaches status in storeProblem's
+// stable words, the details only the manager's log.
 func (LocalWorkers) Run(ctx context.Context, run WorkerRun) (WorkerOutcome, error) {
 	if _, err := worker.Run(ctx, run.Task, run.Log, run.Target); err != nil {
-		return WorkerOutcome{Failed: true, Attempt: fmt.Sprintf("local-%d", time.Now().UnixNano()), Message: err.Error()}, nil
+		msg := storeProblem(ctx, run.Store, fmt.Sprintf("%s run %s", run.Task, run.Name), err).message
+		return WorkerOutcome{Failed: true, Attempt: fmt.Sprintf("local-%d", time.Now().UnixNano()), Message: msg}, nil
 	}
 	return WorkerOutcome{Done: true}, nil
 }
