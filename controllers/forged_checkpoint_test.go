@@ -11,6 +11,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/sessionlog"
 	"github.com/turnlog/turnlog/internal/worker"
 )
 
@@ -27,7 +28,7 @@ var _ = Describe("Forged checkpoints", Ordered, func() {
 
 	BeforeAll(func() {
 		ns = newNamespace("forged")
-		stores = &BucketCache{DefaultURL: "mem://"}
+		stores = storesAt("mem://")
 		sio = &SessionIO{Client: k8sClient, Stores: stores}
 		stop = startManager(ns, Config{Stores: stores, WorkerMode: WorkerModeLocal, PollInterval: time.Hour})
 	})
@@ -40,9 +41,9 @@ var _ = Describe("Forged checkpoints", Ordered, func() {
 	forge := func(name, suffix string, data []byte) {
 		GinkgoHelper()
 		s := getSession(ns, name)(Default)
-		bucket, err := stores.Bucket(ctx, "")
+		bucket, err := stores.bucket(ctx, "mem://")
 		Expect(err).NotTo(HaveOccurred())
-		root, err := sessionLocation(s).Root()
+		root, err := sessionlog.Location{Namespace: s.Namespace, Session: s.Name, UID: string(s.UID)}.Root()
 		Expect(err).NotTo(HaveOccurred())
 		var key string
 		for o, err := range bucket.List(ctx, root+"derived/") {
