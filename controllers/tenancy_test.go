@@ -316,6 +316,11 @@ var _ = Describe("Tenants", Ordered, func() {
 			Expect(alice.Delete(ctx, &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: teamA}})).To(Succeed())
 		}
 		for _, name := range []string{"doomed-unreachable", "doomed-attacker-endpoint"} {
+			Eventually(func(g Gomega) string {
+				return cond(getSession(teamA, name)(g).Status.Conditions, turnlogv1.ConditionReady)
+			}).Should(Equal("False/DeletionBlocked"), name)
+		}
+		for _, name := range []string{"doomed-unreachable", "doomed-attacker-endpoint"} {
 			Eventually(func() bool {
 				return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKey{Namespace: teamA, Name: name}, &turnlogv1.Session{}))
 			}).WithTimeout(deletionTimeout+time.Minute).Should(BeTrue(), name)
