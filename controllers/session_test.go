@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/turnlog"
 )
 
 // A Session in local worker mode, as a user sees it after `turnlog import`
@@ -85,6 +86,30 @@ var _ = Describe("Session controller", Ordered, func() {
 		_, _, err = sio.Append(ctx, ns, "refused", bytes.NewReader(bytes.TrimPrefix(log, logLines(log, 9))))
 		Expect(err).To(MatchError(ContainSubstring("line 1")))
 		Expect(exportLog(sio, ns, "refused")).To(Equal(string(logLines(log, 8))))
+	})
+
+	It("pairs a tool result that comes in the next turn, and counts one whose call was aborted", func() {
+		log := readLog("tool-result-next-turn.jsonl")
+		// Imported up to the toolUse turn's end first, so the result arrives
+		// for the next replay run.
+		_, _, err := sio.Import(ctx, ns, "next-turn", bytes.NewReader(logLines(log, 8)))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(waitReady(ns, "next-turn").Status.Replay.ThroughSeq).To(Equal(int64(7)))
+		_, _, err = sio.Append(ctx, ns, "next-turn", bytes.NewReader(bytes.TrimPrefix(log, logLines(log, 8))))
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(func(g Gomega) {
+			s := getSession(ns, "next-turn")(g)
+			g.Expect(s.Status.Replay.ThroughSeq).To(Equal(int64(21)))
+			g.Expect(s.Status.Replay.Native).To(Equal(int64(2)))
+			g.Expect(s.Status.Replay.OrphanToolResults).To(Equal(int64(1)))
+		}).Should(Succeed())
+		tr, _, err := sio.Transcript(ctx, ns, "next-turn", func(a turnlog.Adapter) turnlog.Adapter { return a })
+		Expect(err).NotTo(HaveOccurred())
+		var roles []string
+		for _, m := range tr.Messages {
+			roles = append(roles, fmt.Sprintf("%d:%s", m.Seq, m.Role))
+		}
+		Expect(roles).To(Equal([]string{"2:user", "6:assistant", "9:toolResult", "17:user", "20:assistant"}))
 	})
 
 	It("raises a ReplayDegraded Event with seq, cause and adapter for legacy replay state", func() {
