@@ -26,7 +26,7 @@ dev: control-plane manifests build ## Run turnlog locally: cluster, object store
 	$(GO) run ./hack/dev --state-dir $(CURDIR)/.turnlog-dev --control-plane $(CONTROL_PLANE_DIR) --crds $(CURDIR)/config/crd/bases --admission-policy $(CURDIR)/config/admission/forkedfrom_policy.yaml --turnlog $(BIN_DIR)/turnlog
 
 .PHONY: test
-test: control-plane pi-deps verify-generated vet test-unit test-e2e ## Everything CI runs: generated files, vet, unit, envtest and end-to-end suites.
+test: control-plane pi-deps verify-generated vet test-unit test-examples test-e2e ## Everything CI runs: generated files, vet, unit, envtest and end-to-end suites.
 
 ##@ Building
 
@@ -71,6 +71,10 @@ vet:
 .PHONY: test-unit
 test-unit: ## Unit tests, envtest suites and the local-cluster tests (everything but test/e2e and test/scale).
 	KUBEBUILDER_ASSETS=$(CONTROL_PLANE_DIR) $(GO) test $$($(GO) list ./... | grep -v -e /test/e2e -e /test/scale) -count=1 -timeout 20m
+
+.PHONY: test-examples
+test-examples: ## Build and test examples/, a module of its own that imports only turnlog's public packages.
+	cd examples && $(GO) vet ./... && $(GO) test ./... -count=1
 
 .PHONY: test-e2e
 test-e2e: control-plane ## End-to-end suite: local cluster, manager, worker pods, kubectl (docs/e2e.md; E2E_KUBECONFIG for another cluster).

@@ -76,6 +76,10 @@ type Appender struct {
 	stop chan struct{}
 	done chan struct{}
 	kick chan struct{}
+
+	// flushed, if set, is told how long each segment write took and how
+	// many events it held (the benchmarks' flush latency).
+	flushed func(time.Duration, int)
 }
 
 // Appender returns an appender that adds to the log wherever its head is,
@@ -202,6 +206,7 @@ func (a *Appender) write(ctx context.Context) error {
 		endsTurn = endsTurn || e.typ == "turn/end"
 	}
 	var err error
+	start := time.Now()
 	if a.owned {
 		err = a.app.AppendAt(ctx, a.next, data...)
 	} else {
@@ -216,6 +221,9 @@ func (a *Appender) write(ctx context.Context) error {
 			a.mu.Unlock()
 		}
 		return err
+	}
+	if a.flushed != nil {
+		a.flushed(time.Since(start), len(a.inflight))
 	}
 	a.next += int64(len(a.inflight))
 	a.inflight = nil
