@@ -33,7 +33,8 @@ var model = agenthost.Adapter{Kind: "pi-ai", API: "anthropic-messages", Provider
 func main() {
 	kubeconfig := flag.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file")
 	namespace := flag.String("n", "default", "namespace of the Sessions")
-	storeURL := flag.String("store-url", os.Getenv("TURNLOG_STORE_URL"), "object store of the Sessions' logs")
+	storeURL := flag.String("store-url", os.Getenv("TURNLOG_STORE_URL"), "URL of the object store the Sessions' logs are in (the manager's default store)")
+	storePrefix := flag.String("store-prefix", os.Getenv("TURNLOG_STORE_PREFIX"), "the prefix the operator configured for that store, if any")
 	name := flag.String("session", fmt.Sprintf("host-demo-%d", time.Now().Unix()), "name of the Session to create")
 	timeout := flag.Duration("timeout", 3*time.Minute, "how long to wait for the workers")
 	flag.Parse()
@@ -41,13 +42,13 @@ func main() {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	if err := run(ctx, *kubeconfig, *namespace, *storeURL, *name); err != nil {
+	if err := run(ctx, *kubeconfig, *namespace, *storeURL, *storePrefix, *name); err != nil {
 		fmt.Fprintln(os.Stderr, "host:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, kubeconfig, ns, storeURL, name string) error {
+func run(ctx context.Context, kubeconfig, ns, storeURL, storePrefix, name string) error {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return err
@@ -60,7 +61,7 @@ func run(ctx context.Context, kubeconfig, ns, storeURL, name string) error {
 	if err != nil {
 		return err
 	}
-	st, err := agenthost.OpenStore(ctx, storeURL, nil)
+	st, err := agenthost.OpenStore(ctx, storeURL, &agenthost.StoreOptions{Prefix: storePrefix})
 	if err != nil {
 		return err
 	}
