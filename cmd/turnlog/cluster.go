@@ -48,11 +48,17 @@ func addClusterFlags(fs *flag.FlagSet) clusterFlags {
 	return f
 }
 
-// sessionIO connects to the cluster and returns the namespace to use.
-func (f clusterFlags) sessionIO() (*controllers.SessionIO, string, error) {
+// required reports a missing --session as a usage error (exit code 2).
+func (f clusterFlags) required(fs *flag.FlagSet) (int, bool) {
 	if *f.session == "" {
-		return nil, "", errors.New("--session is required")
+		return usageError(fs, errors.New("--session is required")), false
 	}
+	return 0, true
+}
+
+// sessionIO connects to the cluster and returns the namespace to use; a
+// command checks f.required first.
+func (f clusterFlags) sessionIO() (*controllers.SessionIO, string, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = *f.kubeconfig
 	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: *f.context})
@@ -99,10 +105,13 @@ func runImport(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		return code
 	}
 	if *format != "turnlog" && *format != "pi-session" {
-		return fail(stderr, "import", fmt.Errorf("--format %q: want turnlog or pi-session", *format))
+		return usageError(fs, fmt.Errorf("--format %q: want turnlog or pi-session", *format))
 	}
 	if *leaf != "" && *format != "pi-session" {
-		return fail(stderr, "import", errors.New("--leaf is for --format pi-session"))
+		return usageError(fs, errors.New("--leaf is for --format pi-session"))
+	}
+	if code, ok := f.required(fs); !ok {
+		return code
 	}
 	in, err := openLog(name, stdin)
 	if err != nil {
@@ -142,6 +151,9 @@ func runAppend(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	if code, ok := noArgs(fs, args); !ok {
 		return code
 	}
+	if code, ok := f.required(fs); !ok {
+		return code
+	}
 	sio, ns, err := f.sessionIO()
 	if err != nil {
 		return fail(stderr, "append", err)
@@ -158,6 +170,9 @@ func runExport(ctx context.Context, args []string, _ io.Reader, stdout, stderr i
 	fs := newFlagSet("export", "", stderr)
 	f := addClusterFlags(fs)
 	if code, ok := noArgs(fs, args); !ok {
+		return code
+	}
+	if code, ok := f.required(fs); !ok {
 		return code
 	}
 	sio, ns, err := f.sessionIO()

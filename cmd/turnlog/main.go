@@ -9,6 +9,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -39,11 +40,31 @@ func register(name, summary string, run runFunc) {
 }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		sig := <-signals
+		// A second signal kills the process the default way.
+		signal.Stop(signals)
+		cancel(&interrupted{sig.(syscall.Signal)})
+	}()
 	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
-	stop()
 	os.Exit(code)
 }
+
+// interrupted is the cause of a context cancelled by SIGINT or SIGTERM.
+type interrupted struct{ sig syscall.Signal }
+
+func (i *interrupted) Error() string {
+	if i.sig == syscall.SIGINT {
+		return "interrupted (SIGINT)"
+	}
+	return "terminated (SIGTERM)"
+}
+
+// exitCode is the shell's code for a process ended by the signal.
+func (i *interrupted) exitCode() int { return 128 + int(i.sig) }
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
@@ -170,8 +191,80 @@ func logName(name string) string {
 	return name
 }
 
-// fail reports an error on one line and returns exit code 1.
+// fail reports an error on one line and returns exit code 1, or, if a
+// signal ended the command, says so and returns 130 (SIGINT) or 143
+// (SIGTERM) as a shell does.
 func fail(stderr io.Writer, cmd string, err error) int {
+	if i, ok := errors.AsType[*interrupted](err); ok {
+		fmt.Fprintf(stderr, "turnlog %s: %v\n", cmd, i)
+		return i.exitCode()
+	}
 	fmt.Fprintf(stderr, "turnlog %s: %s\n", cmd, strings.ReplaceAll(err.Error(), "\n", " "))
 	return 1
+}
+
+// usageError reports a bad flag value or a missing flag, and the command's
+// usage, and returns exit code 2: every command exits 2 for a command line
+// it cannot run, 1 for input or work that fails.
+func usageError(fs *flag.FlagSet, err error) int {
+	fmt.Fprintf(fs.Output(), "turnlog %s: %s\n", fs.Name(), strings.ReplaceAll(err.Error(), "\n", " "))
+	fs.Usage()
+	return 2
+}
+
+// interruptible reads r in a goroutine, so that a read blocked on a
+// terminal or a pipe ends as soon as ctx does, with ctx's cause. The
+// goroutine reads at most one buffer ahead.
+func interruptible(ctx context.Context, r io.Reader) io.Reader {
+	chunks := make(chan readChunk)
+	go func() {
+		for {
+			buf := make([]byte, 64<<10)
+			n, err := r.Read(buf)
+			select {
+			case chunks <- readChunk{buf[:n], err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return &ctxReader{ctx: ctx, chunks: chunks}
+}
+
+type readChunk struct {
+	data []byte
+	err  error
+}
+
+type ctxReader struct {
+	ctx    context.Context
+	chunks chan readChunk
+	rest   []byte
+	err    error // what ended the input, once the reader has seen it
+}
+
+func (c *ctxReader) Read(p []byte) (int, error) {
+	if c.ctx.Err() != nil {
+		return 0, context.Cause(c.ctx)
+	}
+	if len(c.rest) == 0 {
+		if c.err != nil {
+			return 0, c.err
+		}
+		select {
+		case <-c.ctx.Done():
+			return 0, context.Cause(c.ctx)
+		case chunk := <-c.chunks:
+			c.rest, c.err = chunk.data, chunk.err
+		}
+	}
+	n := copy(p, c.rest)
+	c.rest = c.rest[n:]
+	if len(c.rest) == 0 && c.err != nil {
+		return n, c.err
+	}
+	return n, nil
 }

@@ -34,27 +34,31 @@ func writeJSON(w io.Writer, v any) error {
 }
 
 // withLog opens the log argument and calls f with a structure-checking reader.
-// Errors name the log.
-func withLog(name string, stdin io.Reader, f func(r *turnlog.Reader) error) error {
+// Errors name the log. Reading stops with ctx's cause when ctx ends (on
+// SIGINT or SIGTERM), even while waiting for input.
+func withLog(ctx context.Context, name string, stdin io.Reader, f func(r *turnlog.Reader) error) error {
 	in, err := openLog(name, stdin)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	if err := f(turnlog.NewReader(in)); err != nil {
+	if err := f(turnlog.NewReader(interruptible(ctx, in))); err != nil {
+		if cause := context.Cause(ctx); cause != nil {
+			return cause
+		}
 		return fmt.Errorf("%s: %w", logName(name), err)
 	}
 	return nil
 }
 
-func runAssemble(_ context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+func runAssemble(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := newFlagSet("assemble", "FILE|-", stderr)
 	name, code, ok := oneLogArg(fs, args)
 	if !ok {
 		return code
 	}
 	var res assembler.Result
-	err := withLog(name, stdin, func(r *turnlog.Reader) (err error) {
+	err := withLog(ctx, name, stdin, func(r *turnlog.Reader) (err error) {
 		res, err = assembler.Assemble(r)
 		return err
 	})
@@ -67,7 +71,7 @@ func runAssemble(_ context.Context, args []string, stdin io.Reader, stdout, stde
 	return 0
 }
 
-func runReplay(_ context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+func runReplay(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := newFlagSet("replay", "FILE|-", stderr)
 	through := fs.Int64("through", -1, "last seq to replay; negative for the whole log")
 	var target turnlog.Adapter
@@ -90,7 +94,7 @@ func runReplay(_ context.Context, args []string, stdin io.Reader, stdout, stderr
 	if opts.Through < 0 {
 		opts.Through = replay.Head
 	}
-	err := withLog(name, stdin, func(r *turnlog.Reader) (err error) {
+	err := withLog(ctx, name, stdin, func(r *turnlog.Reader) (err error) {
 		out.Result, err = replay.Transcript(r, opts)
 		return err
 	})
@@ -117,18 +121,18 @@ func forkFlags(name string, args []string, stderr io.Writer) (atSeq, log string,
 		return "", "", 2, false
 	}
 	if _, err := forkcut.ParseAtSeq(*at); err != nil {
-		return "", "", fail(stderr, name, fmt.Errorf("--at: %w", err)), false
+		return "", "", usageError(fs, fmt.Errorf("--at: %w", err)), false
 	}
 	return *at, log, 0, true
 }
 
-func runForkPoint(_ context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+func runForkPoint(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	atSeq, name, code, ok := forkFlags("fork-point", args, stderr)
 	if !ok {
 		return code
 	}
 	var p forkcut.Point
-	err := withLog(name, stdin, func(r *turnlog.Reader) (err error) {
+	err := withLog(ctx, name, stdin, func(r *turnlog.Reader) (err error) {
 		p, err = forkcut.Find(r, atSeq)
 		return err
 	})
@@ -141,7 +145,7 @@ func runForkPoint(_ context.Context, args []string, stdin io.Reader, stdout, std
 	return 0
 }
 
-func runCut(_ context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+func runCut(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	atSeq, name, code, ok := forkFlags("cut", args, stderr)
 	if !ok {
 		return code
@@ -149,21 +153,24 @@ func runCut(_ context.Context, args []string, stdin io.Reader, stdout, stderr io
 	// The cut is found before anything is written, so a fork that cannot cut
 	// leaves no partial child behind; standard input is spooled to read it twice.
 	if name == "-" {
-		spool, err := spoolStdin(stdin)
+		spool, err := spoolStdin(interruptible(ctx, stdin))
 		if err != nil {
+			if cause := context.Cause(ctx); cause != nil {
+				err = cause
+			}
 			return fail(stderr, "cut", fmt.Errorf("stdin: %w", err))
 		}
 		defer os.Remove(spool)
 		name = spool
 	}
 	var p forkcut.Point
-	err := withLog(name, nil, func(r *turnlog.Reader) (err error) {
+	err := withLog(ctx, name, nil, func(r *turnlog.Reader) (err error) {
 		p, err = forkcut.Find(r, atSeq)
 		return err
 	})
 	if err == nil {
 		out := bufio.NewWriter(stdout)
-		err = withLog(name, nil, func(r *turnlog.Reader) error {
+		err = withLog(ctx, name, nil, func(r *turnlog.Reader) error {
 			return forkcut.WriteChild(r, turnlog.NewWriter(out), p)
 		})
 		if err == nil {
@@ -192,14 +199,14 @@ func spoolStdin(stdin io.Reader) (string, error) {
 	return f.Name(), nil
 }
 
-func runValidate(_ context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+func runValidate(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := newFlagSet("validate", "FILE|-", stderr)
 	name, code, ok := oneLogArg(fs, args)
 	if !ok {
 		return code
 	}
 	problems, events := 0, 0
-	err := withLog(name, stdin, func(r *turnlog.Reader) error {
+	err := withLog(ctx, name, stdin, func(r *turnlog.Reader) error {
 		for {
 			_, err := r.Next()
 			if errors.Is(err, io.EOF) {

@@ -28,6 +28,9 @@ func runTranscript(ctx context.Context, args []string, _ io.Reader, stdout, stde
 	if code, ok := noArgs(fs, args); !ok {
 		return code
 	}
+	if code, ok := f.required(fs); !ok {
+		return code
+	}
 	sio, ns, err := f.sessionIO()
 	if err != nil {
 		return fail(stderr, "transcript", err)

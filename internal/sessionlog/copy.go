@@ -177,14 +177,15 @@ func copyTailPiece(ctx context.Context, b store.Bucket, src, dst string, p tailP
 			return err
 		}
 		defer r.Close()
-		data, err = io.ReadAll(io.LimitReader(r, p.size))
+		data = make([]byte, p.size)
+		_, err = io.ReadFull(r, data)
 		return err
 	})
+	if errors.Is(err, io.ErrUnexpectedEOF) || err == nil && data[len(data)-1] != '\n' {
+		return &DataError{Key: src, Msg: fmt.Sprintf("changed while being copied: bytes %d..%d are not the lines they were", p.off, p.off+p.size-1)}
+	}
 	if err != nil {
 		return err
-	}
-	if int64(len(data)) != p.size || (len(data) > 0 && data[len(data)-1] != '\n') {
-		return &DataError{Key: src, Msg: fmt.Sprintf("changed while being copied: bytes %d..%d are not the lines they were", p.off, p.off+p.size-1)}
 	}
 	return writeCopiedTail(ctx, b, dst, data)
 }

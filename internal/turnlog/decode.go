@@ -8,6 +8,7 @@ import (
 	"math"
 	"reflect"
 	"time"
+	"unicode/utf8"
 )
 
 // absent marks an integer member the line did not contain; no valid value
@@ -36,6 +37,9 @@ type wireEvent struct {
 // accepts it (only the event type's own fields count; unknown types keep only
 // their header) or names the exact field that is wrong.
 func DecodeEvent(line []byte) (Event, error) {
+	if !utf8.Valid(line) {
+		return Event{}, invalidUTF8(line)
+	}
 	if jsonKind(line) != "an object" {
 		return Event{}, lineErrorf(-1, ErrMalformed, "an event must be a JSON object, got %s", jsonKind(line))
 	}

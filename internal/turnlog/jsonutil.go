@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"unicode/utf8"
 )
 
 // fieldError is a problem with one member of a JSON object. Field is a path
@@ -42,11 +43,21 @@ func jsonKind(raw []byte) string {
 	case '"':
 		return "a string"
 	case 't', 'f':
-		return "a boolean"
+		if bytes.HasPrefix(raw, []byte("true")) || bytes.HasPrefix(raw, []byte("false")) {
+			return "a boolean"
+		}
 	case 'n':
-		return "null"
+		if bytes.HasPrefix(raw, []byte("null")) {
+			return "null"
+		}
+	case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+		return "a number"
 	}
-	return "a number"
+	// Name what is there instead: it starts no JSON value.
+	if r, size := utf8.DecodeRune(raw); r != utf8.RuneError || size > 1 {
+		return fmt.Sprintf("%q, which starts no JSON value", r)
+	}
+	return fmt.Sprintf("byte 0x%02x, which starts no JSON value", raw[0])
 }
 
 // objectMembers splits a JSON object into its members.

@@ -48,7 +48,7 @@ func (e *NotReplayedError) Is(target error) bool { return target == ErrNotReplay
 func LoadTranscript(ctx context.Context, log Log, target turnlog.Adapter) (Transcript, error) {
 	dir := replayDir(target)
 	var state replayState
-	found, err := loadJSON(ctx, log, dir+"/checkpoint.json", &state)
+	found, err := loadCheckpoint(ctx, log, dir+"/checkpoint.json", &state)
 	if err != nil {
 		return Transcript{}, err
 	}
