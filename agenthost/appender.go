@@ -212,6 +212,14 @@ func (a *Appender) write(ctx context.Context) error {
 	} else {
 		_, err = a.app.Append(ctx, data...)
 	}
+	if partial, ok := errors.AsType[*sessionlog.PartialAppendError](err); ok {
+		// A batch over sessionlog.SplitBytes went in as several
+		// segments and stopped part way: keep only the rest for the
+		// next flush, so nothing is written twice.
+		a.next += partial.Appended
+		a.inflight = a.inflight[partial.Appended:]
+		err = partial.Err
+	}
 	if err != nil {
 		// A stale owner must re-read the log; anything else (the store
 		// failing, ctx ending) is retried by the next flush.
