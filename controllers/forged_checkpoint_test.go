@@ -37,8 +37,10 @@ var _ = Describe("Forged checkpoints", Ordered, func() {
 		Expect(stores.Close()).To(Succeed())
 	})
 
-	// forge replaces the Session's derived object whose key ends in suffix.
-	forge := func(name, suffix string, data []byte) {
+	// forge replaces the Session's derived object whose key ends in suffix,
+	// then appends an empty turn: a Session whose log has not grown is not
+	// read again (session_poll.go).
+	forge := func(name, suffix string, data []byte, next, turn int64) {
 		GinkgoHelper()
 		s := getSession(ns, name)(Default)
 		bucket, err := stores.bucket(ctx, "mem://")
@@ -54,7 +56,9 @@ var _ = Describe("Forged checkpoints", Ordered, func() {
 		}
 		Expect(key).NotTo(BeEmpty(), "no derived object ending in %s", suffix)
 		Expect(bucket.Put(ctx, key, data, nil)).To(Succeed())
-		Expect(sio.nudge(ctx, s)).To(Succeed())
+		_, _, err = sio.Append(ctx, ns, name, strings.NewReader(fmt.Sprintf(
+			`{"seq":%d,"type":"turn/start","turn":%d}`+"\n"+`{"seq":%d,"type":"turn/end","turn":%d,"reason":"stop"}`+"\n", next, turn, next+1, turn)))
+		Expect(err).NotTo(HaveOccurred())
 	}
 
 	It("ignores an assembly checkpoint past the log's head, and assembles again", func() {
@@ -63,15 +67,15 @@ var _ = Describe("Forged checkpoints", Ordered, func() {
 		waitReady(ns, "past-head")
 
 		forge("past-head", "assembly/checkpoint.json", []byte(
-			`{"summary":{"task":"assemble","throughSeq":1000,"scannedThrough":1000,"turns":3,"lastTurnEnd":{"seq":1000,"turn":3,"reason":"stop"}},"next":1001,"committedTurns":3}`))
+			`{"summary":{"task":"assemble","throughSeq":1000,"scannedThrough":1000,"turns":3,"lastTurnEnd":{"seq":1000,"turn":3,"reason":"stop"}},"next":1001,"committedTurns":3}`), 23, 3)
 		Eventually(sessionEvents(ns, "past-head", turnlogv1.EventCheckpointRejected)).Should(ContainElement(
-			HaveField("Note", ContainSubstring("assemble checkpoint does not fit a log whose head is seq 22: throughSeq is 1000"))))
+			HaveField("Note", ContainSubstring("assemble checkpoint does not fit a log whose head is seq 24: throughSeq is 1000"))))
 		Consistently(func(g Gomega) {
 			s := getSession(ns, "past-head")(g)
-			g.Expect(*s.Status.AssembledThroughSeq).To(BeNumerically("<=", 22))
+			g.Expect(*s.Status.AssembledThroughSeq).To(BeNumerically("<=", 24))
 		}, "2s").Should(Succeed())
 		s := waitReady(ns, "past-head")
-		Expect(*s.Status.AssembledThroughSeq).To(Equal(int64(22)))
+		Expect(*s.Status.AssembledThroughSeq).To(Equal(int64(24)))
 	})
 
 	It("raises at most 10 ReplayDegraded Events and one summary for a checkpoint listing 2,000", func() {
@@ -87,7 +91,7 @@ var _ = Describe("Forged checkpoints", Ordered, func() {
 		}
 		data, err := json.Marshal(map[string]any{"summary": sum, "next": 13})
 		Expect(err).NotTo(HaveOccurred())
-		forge("flood", "/checkpoint.json", data) // the replay checkpoint sorts after assembly's
+		forge("flood", "/checkpoint.json", data, 13, 4) // the replay checkpoint sorts after assembly's
 		Eventually(sessionEvents(ns, "flood", turnlogv1.EventCheckpointRejected)).ShouldNot(BeEmpty())
 		Consistently(func(g Gomega) {
 			g.Expect(len(sessionEvents(ns, "flood", turnlogv1.EventReplayDegraded)(g))).To(BeNumerically("<=", 3+worker.MaxNewDiagnostics+1))
