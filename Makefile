@@ -26,13 +26,17 @@ dev: control-plane manifests build ## Run turnlog locally: cluster, object store
 	$(GO) run ./hack/dev --state-dir $(CURDIR)/.turnlog-dev --control-plane $(CONTROL_PLANE_DIR) --crds $(CURDIR)/config/crd/bases --admission-policy $(CURDIR)/config/admission/forkedfrom_policy.yaml --turnlog $(BIN_DIR)/turnlog
 
 .PHONY: test
-test: control-plane pi-deps verify-generated vet test-unit test-examples test-e2e ## Everything CI runs: generated files, vet, unit, envtest and end-to-end suites.
+test: control-plane node-deps pi-deps verify-generated vet test-unit test-examples test-e2e ## Everything CI runs: generated files, vet, unit, envtest and end-to-end suites.
 
 ##@ Building
 
 .PHONY: control-plane
-control-plane: ## Build etcd, kube-apiserver, kubectl, ... from Go modules (cached; ~10-12 min cold).
+control-plane: ## Build etcd, kube-apiserver, kubectl, the kubelet, ... from Go modules (cached; ~12-15 min cold).
 	./hack/controlplane.sh
+
+.PHONY: node-deps
+node-deps: ## Install containerd, runc and the CNI plugins for the local cluster's container node (apt-get, as root).
+	./hack/node-deps.sh
 
 .PHONY: pi-deps
 pi-deps: test/pi/node_modules/.package-lock.json ## Install the pinned pi-ai and pi-coding-agent the tests compare against (npm ci).
@@ -76,9 +80,17 @@ test-unit: ## Unit tests, envtest suites and the local-cluster tests (everything
 test-examples: ## Build and test examples/, a module of its own that imports only turnlog's public packages.
 	cd examples && $(GO) vet ./... && $(GO) test ./... -count=1
 
+# E2E_NODE=process runs the suite's worker pods as local processes instead
+# of containers (no root needed).
+E2E_NODE ?= container
+
 .PHONY: test-e2e
-test-e2e: control-plane ## End-to-end suite: local cluster, manager, worker pods, kubectl (docs/e2e.md; E2E_KUBECONFIG for another cluster).
-	KUBEBUILDER_ASSETS=$(CONTROL_PLANE_DIR) $(GO) test ./test/e2e/... -count=1 -timeout 15m -v
+test-e2e: control-plane node-deps ## End-to-end suite: local cluster with a container node, manager, worker pods, kubectl (docs/e2e.md).
+	E2E_NODE=$(E2E_NODE) KUBEBUILDER_ASSETS=$(CONTROL_PLANE_DIR) $(GO) test ./test/e2e/... -count=1 -timeout 20m -v
+
+.PHONY: image
+image: ## Build the image IMG without Docker, from the Dockerfile's recipe, as an OCI archive: bin/turnlog-image.tar.
+	$(GO) run ./hack/image --dockerfile Dockerfile --ref $(IMG) --out $(BIN_DIR)/turnlog-image.tar
 
 SCALE_N ?= 1000,5000,10000
 SCALE_FLAGS ?= -scale.manager-args='--poll-interval=1s --max-poll-interval=1m' -scale.settle=70s -scale.window=2m -scale.unnudged-timeout=3m

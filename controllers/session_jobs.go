@@ -132,14 +132,32 @@ func jobCondition(job *batchv1.Job, t batchv1.JobConditionType) bool {
 	return false
 }
 
-// failureMessage is the last failed pod's termination message, else the
-// Job's own reason (deadline exceeded, backoff limit reached).
+// reasonOOMKilled is the reason a container runtime gives a container the
+// kernel killed for exceeding its memory limit.
+const reasonOOMKilled = "OOMKilled"
+
+// failureMessage is the last failed pod's termination message (saying
+// OOMKilled when it was), else the Job's own reason (deadline exceeded,
+// backoff limit reached).
 func (w *JobWorkers) failureMessage(ctx context.Context, job *batchv1.Job) string {
 	pods := &corev1.PodList{}
 	if err := w.Reader.List(ctx, pods, client.InNamespace(job.Namespace), client.MatchingLabels{"batch.kubernetes.io/job-name": job.Name}); err == nil {
 		for _, pod := range pods.Items {
 			for _, cs := range pod.Status.ContainerStatuses {
-				if t := cs.State.Terminated; t != nil && t.ExitCode != 0 && t.Message != "" {
+				t := cs.State.Terminated
+				if t == nil || t.ExitCode == 0 {
+					continue
+				}
+				// The kernel's OOM kill leaves the worker no chance to say
+				// so; the runtime's reason does.
+				if t.Reason == reasonOOMKilled {
+					msg := fmt.Sprintf("pod %s: OOMKilled: over its memory limit", pod.Name)
+					if t.Message != "" {
+						msg += ": " + t.Message
+					}
+					return truncate(msg, 1024)
+				}
+				if t.Message != "" {
 					return truncate(t.Message, 1024)
 				}
 			}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,14 +19,20 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/turnlog/turnlog/internal/testutil/versitygw"
 	"github.com/turnlog/turnlog/test/localcluster"
 )
 
-// Images the local node maps to binaries. The slow one sleeps before it
-// runs the worker, so that a spec can act while a worker pod is Running.
+// Worker images. On the container node, workerImage is built from the
+// Dockerfile's recipe (hack/image); the slow one runs ./workerprobe first,
+// which reports what the runtime enforces and sleeps before it runs the
+// worker, so that a spec can act while a worker pod is Running; the OOM one
+// allocates memory until it is killed. On the process node they map to the
+// built binary, a script that sleeps first, and nothing.
 const (
 	workerImage     = "turnlog:e2e"
 	slowWorkerImage = "turnlog:e2e-slow"
+	oomWorkerImage  = "turnlog:e2e-oom"
 	slowWorkerDelay = "5"
 )
 
@@ -42,11 +49,17 @@ var env struct {
 	kubectl    string
 	turnlog    string // the built binary, for import and export
 	storeURL   string
-	namespace  string
-	clientset  kubernetes.Interface
+	// storeCredentials are the store's keys, given to worker pods through
+	// workerCredentialsSecret; nil when the store needs none.
+	storeCredentials map[string]string
+	namespace        string
+	clientset        kubernetes.Interface
 	// cluster is the local cluster; nil against an external cluster.
 	cluster *localcluster.Cluster
-	manager manager
+	// containerNode: the local cluster's pods are real containers
+	// (E2E_NODE=container).
+	containerNode bool
+	manager       manager
 }
 
 func TestE2E(t *testing.T) {
@@ -89,8 +102,15 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	_, _ = rand.Read(suffix)
 	env.namespace = "turnlog-e2e-" + hex.EncodeToString(suffix)
 	kubectl("create", "namespace", env.namespace)
-	if env.cluster == nil {
+	switch {
+	case env.cluster == nil:
 		copyWorkerCredentials(ctx)
+	case env.storeCredentials != nil:
+		_, err := env.clientset.CoreV1().Secrets(env.namespace).Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: workerCredentialsSecret, Namespace: env.namespace},
+			StringData: env.storeCredentials,
+		}, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
 	}
 }, NodeTimeout(10*time.Minute))
 
@@ -127,9 +147,18 @@ var _ = AfterEach(func() {
 	}
 })
 
-// startLocalCluster starts the local cluster, the file:// store and the
-// manager in pod worker mode.
+// startLocalCluster starts the local cluster, the store and the manager in
+// pod worker mode: with E2E_NODE=container, a container node and versitygw
+// on the pod network; by default, the process node and a file:// store.
 func startLocalCluster(ctx context.Context, tmp string) {
+	switch node := os.Getenv("E2E_NODE"); node {
+	case "container":
+		startContainerCluster(ctx, tmp)
+		return
+	case "", "process":
+	default:
+		Fail("E2E_NODE=" + node + ": want container or process")
+	}
 	By("starting the local cluster")
 	// Workers that start a few seconds late: the shell is replaced by the
 	// worker, so the pod's process is the worker as with the real image.
@@ -159,6 +188,69 @@ func startLocalCluster(ctx context.Context, tmp string) {
 		kubeconfig: env.kubeconfig,
 		storeURL:   env.storeURL,
 		logPath:    filepath.Join(tmp, "manager.log"),
+	}
+	Expect(m.start(workerImage)).To(Succeed())
+	env.manager = m
+}
+
+// startContainerCluster builds the worker images, starts the local cluster
+// with a container node, versitygw where pods reach it, and the manager,
+// whose workers get the store's credentials from a Secret as deployed.
+func startContainerCluster(ctx context.Context, tmp string) {
+	By("building the worker images from the Dockerfile's recipe")
+	probe := filepath.Join(tmp, "workerprobe")
+	build := exec.CommandContext(ctx, "go", "build", "-o", probe, "./test/e2e/workerprobe")
+	build.Dir = env.root
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := build.CombinedOutput()
+	Expect(err).NotTo(HaveOccurred(), "go build ./test/e2e/workerprobe:\n%s", out)
+	var archives []string
+	for _, img := range []struct {
+		ref   string
+		extra []string
+	}{
+		{workerImage, nil},
+		{slowWorkerImage, []string{"--add", probe + ":/workerprobe", "--entrypoint", `["/workerprobe"]`}},
+		{oomWorkerImage, []string{"--add", probe + ":/workerprobe", "--entrypoint", `["/workerprobe","--oom"]`}},
+	} {
+		archive := filepath.Join(tmp, strings.NewReplacer(":", "_", "/", "_").Replace(img.ref)+".tar")
+		args := append([]string{"run", "./hack/image", "--ref", img.ref, "--out", archive}, img.extra...)
+		cmd := exec.CommandContext(ctx, "go", args...)
+		cmd.Dir = env.root
+		out, err := cmd.CombinedOutput()
+		Expect(err).NotTo(HaveOccurred(), "go %s:\n%s", strings.Join(args, " "), out)
+		archives = append(archives, archive)
+	}
+
+	By("starting the local cluster with a container node")
+	startCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	cluster, err := localcluster.Start(startCtx, localcluster.Options{
+		CRDDirectoryPaths: []string{filepath.Join(env.root, "config", "crd", "bases")},
+		Node:              localcluster.ContainerNode,
+		ImageArchives:     archives,
+	})
+	Expect(err).NotTo(HaveOccurred())
+	env.cluster = cluster
+	env.containerNode = true
+	env.kubeconfig = cluster.Kubeconfig
+	env.kubectl = cluster.KubectlPath
+
+	By("starting versitygw on the pod network")
+	srv := versitygw.StartOn(GinkgoTB(), cluster.NodeIP)
+	env.storeURL = srv.URL
+	// turnlog import/export and the manager read them from the environment.
+	Expect(os.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)).To(Succeed())
+	Expect(os.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)).To(Succeed())
+	env.storeCredentials = map[string]string{"AWS_ACCESS_KEY_ID": srv.AccessKey, "AWS_SECRET_ACCESS_KEY": srv.SecretKey}
+
+	By("starting the manager")
+	m := &localManager{
+		bin:        env.turnlog,
+		kubeconfig: env.kubeconfig,
+		storeURL:   env.storeURL,
+		logPath:    filepath.Join(tmp, "manager.log"),
+		args:       []string{"--worker-credentials-secret=" + workerCredentialsSecret},
 	}
 	Expect(m.start(workerImage)).To(Succeed())
 	env.manager = m

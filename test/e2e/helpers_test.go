@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -199,9 +200,11 @@ type manager interface {
 // localManager runs `turnlog manager` as a subprocess of the suite.
 type localManager struct {
 	bin, kubeconfig, storeURL, logPath string
-	image                              string
-	cmd                                *exec.Cmd
-	done                               chan struct{}
+	// args are given to every start; extra only to the current one.
+	args, extra []string
+	image       string
+	cmd         *exec.Cmd
+	done        chan struct{}
 }
 
 // start runs the manager with worker pods of the given image.
@@ -211,14 +214,15 @@ func (m *localManager) start(image string) error {
 		return err
 	}
 	defer logFile.Close() // the child holds its own descriptor
-	fmt.Fprintf(logFile, "=== %s: turnlog manager --worker-image=%s\n", time.Now().UTC().Format(time.RFC3339), image)
-	cmd := exec.Command(m.bin, "manager",
-		"--store-url="+m.storeURL,
+	args := append([]string{"manager",
+		"--store-url=" + m.storeURL,
 		"--worker-mode=pod",
-		"--worker-image="+image,
+		"--worker-image=" + image,
 		"--metrics-bind-address=0",
 		"--health-probe-bind-address=0",
-	)
+	}, append(slices.Clone(m.args), m.extra...)...)
+	fmt.Fprintf(logFile, "=== %s: turnlog %s\n", time.Now().UTC().Format(time.RFC3339), strings.Join(args, " "))
+	cmd := exec.Command(m.bin, args...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+m.kubeconfig)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// Should the suite itself be killed, the kernel ends the manager too.
@@ -253,11 +257,13 @@ func (m *localManager) stop() error {
 }
 
 // restartWith stops the manager and starts it again with worker pods of
-// another image; never are two managers running at once.
-func (m *localManager) restartWith(image string) error {
+// another image and the given extra flags (until the next restartWith);
+// never are two managers running at once.
+func (m *localManager) restartWith(image string, extra ...string) error {
 	if err := m.stop(); err != nil {
 		return err
 	}
+	m.extra = extra
 	return m.start(image)
 }
 

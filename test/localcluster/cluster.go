@@ -1,16 +1,21 @@
 // Package localcluster runs a small but real Kubernetes cluster on this
-// machine without a container runtime: etcd, kube-apiserver,
-// kube-controller-manager and kube-scheduler as processes, and one node whose
-// pods run as local processes.
+// machine: etcd, kube-apiserver, kube-controller-manager and kube-scheduler
+// as processes, and one node of one of two kinds.
 //
-// The node is a virtual-kubelet provider standing in for a kubelet and a
-// container runtime: a pod scheduled to it runs its single container's
-// command as a process, with the container image mapped to a local binary
-// (Options.Images). Everything around it is the real Kubernetes machinery:
-// the Job controller creates the pods, the scheduler binds them, and the
-// node reports Running, Succeeded or Failed, exit codes and termination
-// messages through the API, so `kubectl get pods` shows what it would on a
-// real cluster. docs/local-cluster.md lists what the node honours.
+// The container node (ContainerNode) is a real one: a kubelet, containerd
+// with runc, and the CNI bridge plugin on a network the cluster creates for
+// itself; images are OCI archives imported at start (Options.ImageArchives),
+// since there is no registry. It needs root and `make node-deps`.
+//
+// The process node (ProcessNode, the default) is a virtual-kubelet provider
+// standing in for a kubelet and a container runtime: a pod scheduled to it
+// runs its single container's command as a process, with the container
+// image mapped to a local binary (Options.Images). Everything around it is
+// the real Kubernetes machinery: the Job controller creates the pods, the
+// scheduler binds them, and the node reports Running, Succeeded or Failed,
+// exit codes and termination messages through the API, so `kubectl get
+// pods` shows what it would on a real cluster. docs/local-cluster.md lists
+// what each node honours.
 package localcluster
 
 import (
@@ -46,6 +51,24 @@ import (
 // says otherwise.
 const DefaultNodeName = "turnlog-local"
 
+// NodeKind says what runs the cluster's pods.
+type NodeKind string
+
+const (
+	// ProcessNode runs each pod's container as a local process.
+	ProcessNode NodeKind = "process"
+	// ContainerNode runs pods as containers: kubelet, containerd, runc.
+	ContainerNode NodeKind = "container"
+)
+
+// containerNodeControllers are what pods with service-account tokens need
+// besides: a default ServiceAccount and the kube-root-ca.crt ConfigMap in
+// every namespace.
+var containerNodeControllers = []string{
+	"serviceaccount-controller",
+	"root-ca-certificate-publisher-controller",
+}
+
 // controllers are the kube-controller-manager controllers the cluster runs:
 // Jobs and their pods, cleanup of finished Jobs, owner-reference garbage
 // collection, terminated-pod cleanup, and namespace deletion.
@@ -74,13 +97,20 @@ type Options struct {
 	// ManifestPaths are YAML files of further objects (such as the
 	// admission policy of config/admission) created after the CRDs.
 	ManifestPaths []string
-	// Images maps container images to local binaries. A pod's image matches
-	// a key exactly or, failing that, by its name without tag or digest.
+	// Node is ProcessNode (the default) or ContainerNode.
+	Node NodeKind
+	// Images (process node) maps container images to local binaries. A
+	// pod's image matches a key exactly or, failing that, by its name
+	// without tag or digest.
 	Images map[string]string
+	// ImageArchives (container node) are OCI image archives (package
+	// ociimage) imported into containerd before Start returns.
+	ImageArchives []string
 	// NodeName defaults to DefaultNodeName.
 	NodeName string
-	// Capacity is what the node advertises to the scheduler; by default 8
-	// CPUs, 16Gi of memory and 110 pods.
+	// Capacity is what the process node advertises to the scheduler; by
+	// default 8 CPUs, 16Gi of memory and 110 pods. A kubelet reports the
+	// machine's.
 	Capacity corev1.ResourceList
 }
 
@@ -96,12 +126,17 @@ type Cluster struct {
 	RESTConfig *rest.Config
 	// KubectlPath is the kubectl binary of BinaryDir.
 	KubectlPath string
-	// NodeName is the name of the node that runs pods as processes.
+	// NodeName is the name of the node.
 	NodeName string
+	// NodeIP is the node's address: 127.0.0.1 for the process node; for the
+	// container node, this host's address on the pod network, where the API
+	// server listens and where pods reach servers the caller starts.
+	NodeIP string
 
 	env        *envtest.Environment
 	components []*component
 	provider   *processProvider
+	cnode      *containerNode
 	stopNode   context.CancelFunc
 	node       *nodeutil.Node
 	removeDir  bool
@@ -143,6 +178,17 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 			return nil, fmt.Errorf("creating the cluster directory: %w", err)
 		}
 	}
+	c.NodeIP = localIP
+	switch opts.Node {
+	case "", ProcessNode:
+	case ContainerNode:
+		if c.cnode, err = prepareContainerNode(filepath.Join(c.Dir, "node"), binDir); err != nil {
+			return nil, err
+		}
+		c.NodeIP = c.cnode.gateway.String()
+	default:
+		return nil, fmt.Errorf("Options.Node %q: want %q or %q", opts.Node, ProcessNode, ContainerNode)
+	}
 
 	if err := c.startControlPlane(binDir, opts.CRDDirectoryPaths); err != nil {
 		return nil, err
@@ -153,7 +199,12 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err := c.startControllers(ctx, binDir); err != nil {
 		return nil, err
 	}
-	if err := c.startNode(ctx, opts, images); err != nil {
+	if c.cnode != nil {
+		err = c.startContainerNode(ctx, binDir, opts.ImageArchives)
+	} else {
+		err = c.startNode(ctx, opts, images)
+	}
+	if err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -177,6 +228,9 @@ func (c *Cluster) startControlPlane(binDir string, crds []string) error {
 	}
 	c.env.ControlPlane.Etcd = &envtest.Etcd{DataDir: filepath.Join(c.Dir, "etcd"), Out: etcdLog, Err: etcdLog}
 	c.env.ControlPlane.APIServer = &envtest.APIServer{Out: apiserverLog, Err: apiserverLog}
+	if c.cnode != nil {
+		c.configureForPods(c.env.ControlPlane.APIServer)
+	}
 	if _, err := c.env.Start(); err != nil {
 		c.env = nil
 		return fmt.Errorf("starting etcd and kube-apiserver (logs in %s): %w", filepath.Join(c.Dir, "logs"), err)
@@ -194,6 +248,12 @@ func (c *Cluster) startControlPlane(binDir string, crds []string) error {
 		return fmt.Errorf("writing the kubeconfig: %w", err)
 	}
 	c.RESTConfig = admin.Config()
+	if c.cnode != nil {
+		c.cnode.apiserverCA = filepath.Join(c.cnode.dir, "apiserver-ca.crt")
+		if err := os.WriteFile(c.cnode.apiserverCA, c.env.ControlPlane.APIServer.SecureServing.CA, 0o644); err != nil {
+			return fmt.Errorf("writing the API server's CA: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -215,7 +275,7 @@ func (c *Cluster) startControllers(ctx context.Context, binDir string) error {
 		name, healthPath string
 		args             []string
 	}{
-		{"kube-controller-manager", "/healthz", []string{"--controllers=" + strings.Join(controllers, ",")}},
+		{"kube-controller-manager", "/healthz", c.controllerManagerArgs()},
 		{"kube-scheduler", "/readyz", nil},
 	} {
 		port, err := freePort()
@@ -366,6 +426,9 @@ func (c *Cluster) Stop() error {
 	if c.provider != nil {
 		c.provider.shutdown()
 	}
+	if c.cnode != nil {
+		c.cnode.stop()
+	}
 	for i := len(c.components) - 1; i >= 0; i-- {
 		c.components[i].stop()
 	}
@@ -375,6 +438,10 @@ func (c *Cluster) Stop() error {
 			errs = append(errs, fmt.Errorf("stopping etcd and kube-apiserver: %w", err))
 		}
 		c.env = nil
+	}
+	if c.cnode != nil {
+		c.cnode.deleteNetwork()
+		c.cnode = nil
 	}
 	for _, f := range c.logFiles {
 		_ = f.Close()

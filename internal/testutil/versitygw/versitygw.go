@@ -1,5 +1,5 @@
 // Package versitygw runs a real S3-compatible server for tests: versitygw,
-// serving a temporary directory on a free loopback port.
+// serving a temporary directory on a free port (loopback unless told).
 //
 // The binary is installed on first use with "go install" into the user cache
 // directory (about 100 s, needs cgo), so tests that use it work on a fresh
@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -40,7 +41,7 @@ const (
 type Server struct {
 	// URL opens the bucket with store.Open and Options().
 	URL string
-	// Endpoint is the server's base URL, http://127.0.0.1:PORT.
+	// Endpoint is the server's base URL, http://HOST:PORT.
 	Endpoint  string
 	Bucket    string
 	AccessKey string
@@ -58,9 +59,15 @@ func (s *Server) Open(ctx context.Context) (store.Bucket, error) {
 	return store.Open(ctx, s.URL, s.Options())
 }
 
-// Start installs versitygw if needed, starts it and creates a bucket. The
-// server is stopped, and its data removed, when the test ends.
+// Start installs versitygw if needed, starts it on loopback and creates a
+// bucket. The server is stopped, and its data removed, when the test ends.
 func Start(tb testing.TB) *Server {
+	tb.Helper()
+	return StartOn(tb, "127.0.0.1")
+}
+
+// StartOn is Start listening on host, e.g. an address pods reach.
+func StartOn(tb testing.TB, host string) *Server {
 	tb.Helper()
 	bin, err := Binary(func(msg string) { tb.Log(msg); fmt.Fprintln(os.Stderr, msg) })
 	if err != nil {
@@ -73,7 +80,7 @@ func Start(tb testing.TB) *Server {
 	s := &Server{Bucket: "turnlog-test", AccessKey: "AK" + rand.Text(), SecretKey: rand.Text() + rand.Text()}
 	var lastErr error
 	for range 3 { // a free port can be taken between probing and binding
-		stop, err := s.start(bin, dir, tb.TempDir())
+		stop, err := s.start(bin, host, dir, tb.TempDir())
 		if err == nil {
 			tb.Cleanup(stop)
 			return s
@@ -84,12 +91,12 @@ func Start(tb testing.TB) *Server {
 	return nil
 }
 
-func (s *Server) start(bin, dataDir, logDir string) (stop func(), err error) {
-	port, err := freePort()
+func (s *Server) start(bin, host, dataDir, logDir string) (stop func(), err error) {
+	port, err := freePort(host)
 	if err != nil {
 		return nil, err
 	}
-	s.Endpoint = fmt.Sprintf("http://127.0.0.1:%d", port)
+	s.Endpoint = fmt.Sprintf("http://%s", net.JoinHostPort(host, strconv.Itoa(port)))
 	s.URL = fmt.Sprintf("s3://%s?region=%s&endpoint=%s&use_path_style=true&disable_https=true",
 		s.Bucket, region, url.QueryEscape(s.Endpoint))
 
@@ -99,7 +106,7 @@ func (s *Server) start(bin, dataDir, logDir string) (stop func(), err error) {
 		return nil, err
 	}
 	defer logFile.Close()
-	cmd := exec.Command(bin, "--port", fmt.Sprintf("127.0.0.1:%d", port), "posix", dataDir)
+	cmd := exec.Command(bin, "--port", net.JoinHostPort(host, strconv.Itoa(port)), "posix", dataDir)
 	cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY="+s.AccessKey, "ROOT_SECRET_KEY="+s.SecretKey)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// Its own process group, so that stopping it also stops any children.
@@ -233,8 +240,8 @@ func hasXattrs(dir string) bool {
 	return syscall.Setxattr(dir, "user.turnlog-probe", []byte("1"), 0) == nil
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+func freePort(host string) (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return 0, err
 	}
