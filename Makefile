@@ -11,7 +11,8 @@ export ENVTEST_ROOT CONTROL_PLANE_DIR
 GO ?= go
 CONTROLLER_GEN := $(GO) tool controller-gen
 # kustomize is pinned in its own module so its dependencies stay out of go.mod.
-KUSTOMIZE := $(GO) tool -modfile=$(CURDIR)/hack/tools/go.mod kustomize
+KUSTOMIZE_TOOLS := $(GO) tool -modfile=$(CURDIR)/hack/tools/go.mod
+KUSTOMIZE := $(KUSTOMIZE_TOOLS) kustomize
 KUBECTL ?= kubectl
 IMG ?= ghcr.io/turnlog/turnlog:dev
 BIN_DIR := $(CURDIR)/bin
@@ -104,10 +105,16 @@ docker-build: ## Build the image (needs a Docker engine).
 
 ##@ Deploying
 
+# DEPLOY_DIR is the kustomize tree deploy sets the image in and applies; the
+# e2e suite points it at a copy of config/ so the tree stays clean.
+DEPLOY_DIR ?= config
+
 .PHONY: deploy
 deploy: manifests ## Install CRDs, RBAC and the manager (image IMG) into the cluster of the current kubeconfig.
-	cd config/manager && $(KUSTOMIZE) edit set image turnlog=$(IMG)
-	$(KUSTOMIZE) build config/default | $(KUBECTL) apply -f -
+	@# `go tool -n` builds the tool and prints its path, so edit runs in a
+	@# DEPLOY_DIR outside the module too.
+	kustomize=$$($(KUSTOMIZE_TOOLS) -n kustomize) && cd $(DEPLOY_DIR)/manager && "$$kustomize" edit set image turnlog=$(IMG)
+	$(KUSTOMIZE) build $(DEPLOY_DIR)/default | $(KUBECTL) apply -f -
 
 .PHONY: undeploy
 undeploy: ## Remove what deploy installed (Sessions' objects in storage follow their retention policy).
