@@ -227,6 +227,7 @@ func startContainerCluster(ctx context.Context, tmp string) {
 	defer cancel()
 	cluster, err := localcluster.Start(startCtx, localcluster.Options{
 		CRDDirectoryPaths: []string{filepath.Join(env.root, "config", "crd", "bases")},
+		ManifestPaths:     []string{filepath.Join(env.root, "config", "admission", "forkedfrom_policy.yaml")},
 		Node:              localcluster.ContainerNode,
 		ImageArchives:     archives,
 	})
