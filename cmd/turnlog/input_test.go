@@ -3,12 +3,15 @@ package main
 import (
 	"bytes"
 	"errors"
+	"os"
 	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
 )
 
 // An offline command waiting for input stops at SIGINT or SIGTERM: one
@@ -25,19 +28,24 @@ func TestOfflineCommandsStopOnSignals(t *testing.T) {
 		for _, command := range [][]string{{"validate", "-"}, {"replay", "-"}, {"cut", "--at", "3", "-"}} {
 			t.Run(c.sig.String()+"/"+command[0], func(t *testing.T) {
 				cmd := exec.Command(turnlogBin, command...)
-				stdin, err := cmd.StdinPipe()
+				r, stdin, err := os.Pipe()
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer stdin.Close()
+				cmd.Stdin = r
 				var stdout, stderr bytes.Buffer
 				cmd.Stdout, cmd.Stderr = &stdout, &stderr
 				if err := cmd.Start(); err != nil {
 					t.Fatal(err)
 				}
-				// Some input, then none: the command is blocked reading.
+				r.Close()
+				// Some input, then none: once the command has read the
+				// line it has installed its signal handler (main does that
+				// first) and is blocked reading. A fixed sleep is not
+				// enough on a loaded machine.
 				stdin.Write(logLine(0, `"type":"session/start"`))
-				time.Sleep(300 * time.Millisecond)
+				waitDrained(t, stdin)
 				if err := cmd.Process.Signal(c.sig); err != nil {
 					t.Fatal(err)
 				}
@@ -59,6 +67,22 @@ func TestOfflineCommandsStopOnSignals(t *testing.T) {
 			})
 		}
 	}
+}
+
+// waitDrained waits until the reader of the pipe w has read everything
+// written to it.
+func waitDrained(t *testing.T, w *os.File) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		n, err := unix.IoctlGetInt(int(w.Fd()), unix.TIOCINQ)
+		if err != nil {
+			t.Fatalf("TIOCINQ (FIONREAD) on the command's stdin: %v", err)
+		}
+		if n == 0 {
+			return
+		}
+	}
+	t.Fatal("the command did not read its input within 10 s")
 }
 
 func logLine(seq int, fields string) []byte {
