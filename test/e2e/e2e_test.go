@@ -293,3 +293,21 @@ var _ = Describe("the deployment manifests", func() {
 		Expect(out).To(MatchRegexp(`(?m)^customresourcedefinition\.apiextensions\.k8s\.io/sessionforks\.turnlog\.dev (created|configured|unchanged) \(server dry run\)$`))
 	})
 })
+
+var _ = Describe("a Session that names a store URL", func() {
+	It("is refused by kubectl, and the forkedFrom admission policy is in force", func() {
+		manifest := filepath.Join(GinkgoT().TempDir(), "session.yaml")
+		Expect(os.WriteFile(manifest, []byte(`apiVersion: turnlog.dev/v1alpha1
+kind: Session
+metadata:
+  name: own-bucket
+spec:
+  storage:
+    url: gs://any-bucket?private_key_path=/dev/zero
+`), 0o600)).To(Succeed())
+		_, err := tryKubectl("apply", "-f", manifest)
+		Expect(err).To(MatchError(ContainSubstring(`unknown field "spec.storage.url"`)))
+		Expect(kubectl("get", "validatingadmissionpolicybinding", "turnlog-forkedfrom", "-o", "name")).
+			To(Equal("validatingadmissionpolicybinding.admissionregistration.k8s.io/turnlog-forkedfrom\n"))
+	})
+})
