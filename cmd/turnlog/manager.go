@@ -74,15 +74,16 @@ func runManager(ctx context.Context, args []string, _ io.Reader, _, stderr io.Wr
 	}
 
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts), zap.WriteTo(stderr)))
+	// Flag values the manager cannot run with are usage errors (exit 2).
 	resources, err := workerResources(*workerCPU, *workerCPULimit, *workerMemory)
 	if err != nil {
-		return fail(stderr, "manager", err)
+		return usageError(fs, err)
 	}
 	if *workerMaxFailures < 1 {
-		return fail(stderr, "manager", fmt.Errorf("--worker-max-failures %d: must be at least 1", *workerMaxFailures))
+		return usageError(fs, fmt.Errorf("--worker-max-failures %d: must be at least 1", *workerMaxFailures))
 	}
 	if *deletionTimeout <= 0 {
-		return fail(stderr, "manager", fmt.Errorf("--deletion-timeout %s: must be positive", *deletionTimeout))
+		return usageError(fs, fmt.Errorf("--deletion-timeout %s: must be positive", *deletionTimeout))
 	}
 	stores, err := managerStores(*storeURL, storeFlags, *storesFile)
 	if err != nil {

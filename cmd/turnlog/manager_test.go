@@ -33,8 +33,8 @@ func TestManagerRefusesBadStores(t *testing.T) {
 		{[]string{"--store", "logs=mem://", "--stores-file", dup}, 1, "store logs is configured twice"},
 		{[]string{"--store-url", "ftp://x"}, 1, `unsupported scheme "ftp"`},
 		{nil, 1, "no store configured: give --store-url, --store or --stores-file"},
-		{[]string{"--store-url", "mem://", "--worker-cpu-request", "2", "--worker-cpu-limit", "1"}, 1, "--worker-cpu-limit 1 is below --worker-cpu-request 2"},
-		{[]string{"--store-url", "mem://", "--worker-max-failures", "0"}, 1, "--worker-max-failures 0: must be at least 1"},
+		{[]string{"--store-url", "mem://", "--worker-cpu-request", "2", "--worker-cpu-limit", "1"}, 2, "--worker-cpu-limit 1 is below --worker-cpu-request 2"},
+		{[]string{"--store-url", "mem://", "--worker-max-failures", "0"}, 2, "--worker-max-failures 0: must be at least 1"},
 		{[]string{"--store-url", "mem://", "--watch-namespace", "Team_A"}, 2, `"Team_A"`},
 	} {
 		var stdout, stderr strings.Builder
