@@ -61,10 +61,13 @@ const (
 	ContainerNode NodeKind = "container"
 )
 
-// containerNodeControllers are what pods with service-account tokens need
-// besides: a default ServiceAccount and the kube-root-ca.crt ConfigMap in
-// every namespace.
+// containerNodeControllers are what a deployed manager needs besides: its
+// Deployment's ReplicaSet and pod, and, for its service-account token, a
+// default ServiceAccount and the kube-root-ca.crt ConfigMap in every
+// namespace.
 var containerNodeControllers = []string{
+	"deployment-controller",
+	"replicaset-controller",
 	"serviceaccount-controller",
 	"root-ca-certificate-publisher-controller",
 }
