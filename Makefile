@@ -99,6 +99,11 @@ SCALE_FLAGS ?= -scale.manager-args='--poll-interval=1s --max-poll-interval=1m' -
 bench-scale: control-plane ## Measure the manager at SCALE_N Sessions: memory, requests, restart, append latency (docs/benchmarks.md).
 	KUBEBUILDER_ASSETS=$(CONTROL_PLANE_DIR) $(GO) test ./test/scale/ -run TestScale -count=1 -timeout 8h -v -args -scale.n=$(SCALE_N) -scale.out=$(CURDIR)/bin/scale.jsonl $(SCALE_FLAGS)
 
+.PHONY: scale-plot
+scale-plot: ## Plot bin/scale.jsonl (from bench-scale) into docs/scale.tsv and docs/scale.png (needs jq, gnuplot).
+	jq -r '[.sessions, .idleRssMiB, .peakRssMiB, .restartRssMiB, .readySeconds, .restartSeconds] | @tsv' bin/scale.jsonl > docs/scale.tsv
+	gnuplot hack/scale-plot.gp
+
 .PHONY: docker-build
 docker-build: ## Build the image (needs a Docker engine).
 	docker build -t $(IMG) .

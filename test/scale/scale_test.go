@@ -28,6 +28,8 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/internal/sessionlog"
@@ -207,6 +209,7 @@ func measure(t *testing.T, n int) Result {
 func start(t *testing.T) *harness {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
+	logf.SetLogger(zap.New(zap.WriteTo(io.Discard)))
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	if assets == "" {
 		home, _ := os.UserHomeDir()
