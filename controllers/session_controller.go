@@ -155,7 +155,7 @@ func (r *SessionReconciler) reconcileLog(ctx context.Context, s *sessionScope) e
 		return err
 	}
 	applyHead(&session.Status, s.head)
-	noteAppend(&session.Status, &s.before, time.Now())
+	noteAppend(session, &s.before, time.Now())
 
 	if from := session.Spec.ForkedFrom; from != nil && s.head.Head() < from.CutSeq {
 		// The SessionFork controller is still copying the source's prefix

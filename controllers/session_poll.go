@@ -33,6 +33,11 @@ import (
 // The state is in the Session itself (status and annotation), so a
 // restarted manager polls as the previous one did, and nothing is kept per
 // Session in the manager besides the work queue's own entry.
+//
+// A nudge with a time newer than status.lastAppendTime also makes the next
+// reconcile a full one, so that a nudge still means "look at everything
+// again" (a forged or repaired checkpoint, say); answering it costs one
+// status write.
 
 // reconcileIdle ends the reconcile of a settled Session whose log has not
 // grown, after one store request and without writing anything. It reports
@@ -74,6 +79,11 @@ func settled(s *turnlogv1.Session) bool {
 	if st.ObservedGeneration != s.Generation || st.Worker != nil || st.LastAppendTime == nil {
 		return false
 	}
+	if t, ok := nudgeTime(s); ok && t.After(st.LastAppendTime.Time) {
+		// A nudge the controller has not answered yet: it asks for a full
+		// look (the checkpoints too), not only for appends.
+		return false
+	}
 	c := meta.FindStatusCondition(st.Conditions, turnlogv1.ConditionReady)
 	return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == s.Generation &&
 		(c.Reason == turnlogv1.ReasonCurrent || c.Reason == turnlogv1.ReasonEmptyLog)
@@ -97,18 +107,35 @@ func (r *SessionReconciler) idlePoll(s *turnlogv1.Session, now time.Time) time.D
 	if t := s.Status.LastAppendTime; t != nil {
 		last = t.Time
 	}
-	if t, err := time.Parse(time.RFC3339Nano, s.Annotations[turnlogv1.AnnotationRequestedAt]); err == nil && t.After(last) {
+	if t, ok := nudgeTime(s); ok && t.After(last) {
 		last = t
 	}
 	d := min(max(now.Sub(last), r.PollInterval), max(r.MaxPollInterval, r.PollInterval))
 	return d - rand.N(d/10+1)
 }
 
-// noteAppend sets status.lastAppendTime when the head moved, and on a
-// Session that has none yet.
-func noteAppend(st *turnlogv1.SessionStatus, before *turnlogv1.SessionStatus, now time.Time) {
+// noteAppend sets status.lastAppendTime when the head moved, when a nudge
+// came since, and on a Session that has none yet. It is never earlier than
+// the nudge, so that settled sees the nudge answered even if the nudger's
+// clock is ahead.
+func noteAppend(s *turnlogv1.Session, before *turnlogv1.SessionStatus, now time.Time) {
+	st := &s.Status
 	moved := (st.HeadSeq == nil) != (before.HeadSeq == nil) || (st.HeadSeq != nil && *st.HeadSeq != *before.HeadSeq)
-	if moved || st.LastAppendTime == nil {
-		st.LastAppendTime = &metav1.Time{Time: now.Truncate(time.Second)}
+	nudge, nudged := nudgeTime(s)
+	if !moved && st.LastAppendTime != nil && !(nudged && nudge.After(st.LastAppendTime.Time)) {
+		return
 	}
+	if nudged && nudge.After(now) {
+		now = nudge
+	}
+	st.LastAppendTime = &metav1.MicroTime{Time: now.Truncate(time.Microsecond)}
+}
+
+// nudgeTime is the time in the Session's nudge annotation, to the
+// microsecond status keeps. turnlog's CLI, host package and fork controller
+// write RFC 3339 times; another value is a nudge all the same, but only for
+// appends (its watch event wakes the controller, which probes the log).
+func nudgeTime(s *turnlogv1.Session) (time.Time, bool) {
+	t, err := time.Parse(time.RFC3339Nano, s.Annotations[turnlogv1.AnnotationRequestedAt])
+	return t.Truncate(time.Microsecond), err == nil
 }

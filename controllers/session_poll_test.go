@@ -153,7 +153,7 @@ func TestIdlePoll(t *testing.T) {
 	now := time.Date(2026, 12, 3, 8, 0, 0, 0, time.UTC)
 	session := func(quiet time.Duration, nudged time.Duration) *turnlogv1.Session {
 		s := &turnlogv1.Session{}
-		s.Status.LastAppendTime = &metav1.Time{Time: now.Add(-quiet)}
+		s.Status.LastAppendTime = &metav1.MicroTime{Time: now.Add(-quiet)}
 		if nudged > 0 {
 			s.Annotations = map[string]string{turnlogv1.AnnotationRequestedAt: now.Add(-nudged).Format(time.RFC3339Nano)}
 		}

@@ -230,10 +230,11 @@ type SessionStatus struct {
 	// +optional
 	LastTurnEnd *TurnEnd `json:"lastTurnEnd,omitempty"`
 	// LastAppendTime is when the controller first saw the log's current
-	// head. The longer a log has been quiet, the less often the controller
+	// head, or was last nudged (turnlog.dev/requested-at), whichever is
+	// later. The longer a log has been quiet, the less often the controller
 	// looks at it without a nudge (see --max-poll-interval).
 	// +optional
-	LastAppendTime *metav1.Time `json:"lastAppendTime,omitempty"`
+	LastAppendTime *metav1.MicroTime `json:"lastAppendTime,omitempty"`
 	// AssembledThroughSeq is the last seq whose responses are assembled.
 	// +optional
 	AssembledThroughSeq *int64 `json:"assembledThroughSeq,omitempty"`
