@@ -95,6 +95,26 @@ func (f clusterFlags) sessionIO() (*controllers.SessionIO, string, error) {
 	return &controllers.SessionIO{Client: c, Stores: &controllers.BucketCache{Any: &given}}, ns, nil
 }
 
+// openSession starts a command that works on one Session and takes no
+// positional arguments (append, export, transcript): it parses args, checks
+// --session and connects. When ok is false the command ends with code, the
+// problem already reported on stderr: 2 for a command line it cannot run, 1
+// when the cluster or the store cannot be reached. import does these steps
+// itself, because it reads and converts its file before it connects.
+func (f clusterFlags) openSession(fs *flag.FlagSet, args []string, stderr io.Writer) (sio *controllers.SessionIO, ns string, code int, ok bool) {
+	if code, ok := noArgs(fs, args); !ok {
+		return nil, "", code, false
+	}
+	if code, ok := f.required(fs); !ok {
+		return nil, "", code, false
+	}
+	sio, ns, err := f.sessionIO()
+	if err != nil {
+		return nil, "", fail(stderr, fs.Name(), err), false
+	}
+	return sio, ns, 0, true
+}
+
 func runImport(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := newFlagSet("import", "FILE|-", stderr)
 	f := addClusterFlags(fs)
@@ -148,15 +168,9 @@ func runImport(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 func runAppend(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := newFlagSet("append", "< EVENTS.jsonl", stderr)
 	f := addClusterFlags(fs)
-	if code, ok := noArgs(fs, args); !ok {
+	sio, ns, code, ok := f.openSession(fs, args, stderr)
+	if !ok {
 		return code
-	}
-	if code, ok := f.required(fs); !ok {
-		return code
-	}
-	sio, ns, err := f.sessionIO()
-	if err != nil {
-		return fail(stderr, "append", err)
 	}
 	first, n, err := sio.Append(ctx, ns, *f.session, bufio.NewReader(stdin))
 	if err != nil {
@@ -169,15 +183,9 @@ func runAppend(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 func runExport(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs := newFlagSet("export", "", stderr)
 	f := addClusterFlags(fs)
-	if code, ok := noArgs(fs, args); !ok {
+	sio, ns, code, ok := f.openSession(fs, args, stderr)
+	if !ok {
 		return code
-	}
-	if code, ok := f.required(fs); !ok {
-		return code
-	}
-	sio, ns, err := f.sessionIO()
-	if err != nil {
-		return fail(stderr, "export", err)
 	}
 	w := bufio.NewWriter(stdout)
 	if err := sio.Export(ctx, ns, *f.session, w); err != nil {

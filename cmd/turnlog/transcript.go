@@ -25,15 +25,9 @@ func runTranscript(ctx context.Context, args []string, _ io.Reader, stdout, stde
 	fs.StringVar(&flags.API, "api", "", "target api (default: the Session's spec.adapter)")
 	fs.StringVar(&flags.Provider, "provider", "", "target provider (default: the Session's spec.adapter)")
 	fs.StringVar(&flags.Model, "model", "", "target model (default: the Session's spec.adapter)")
-	if code, ok := noArgs(fs, args); !ok {
+	sio, ns, code, ok := f.openSession(fs, args, stderr)
+	if !ok {
 		return code
-	}
-	if code, ok := f.required(fs); !ok {
-		return code
-	}
-	sio, ns, err := f.sessionIO()
-	if err != nil {
-		return fail(stderr, "transcript", err)
 	}
 	tr, target, err := sio.Transcript(ctx, ns, *f.session, func(spec turnlog.Adapter) turnlog.Adapter {
 		for _, o := range []struct {
