@@ -22,9 +22,13 @@ all: build
 
 ##@ Quickstart
 
+# hack/dev is built and exec'd rather than `go run`: go run exits 1 after a
+# Ctrl-C even when the program stopped cleanly, and a SIGTERM kills go run
+# without reaching the program, which leaves the local cluster running.
 .PHONY: dev
 dev: control-plane manifests build ## Run turnlog locally: cluster, object store, manager, worker pods (state in ./.turnlog-dev/).
-	$(GO) run ./hack/dev --state-dir $(CURDIR)/.turnlog-dev --control-plane $(CONTROL_PLANE_DIR) --crds $(CURDIR)/config/crd/bases --admission-policy $(CURDIR)/config/admission/forkedfrom_policy.yaml --turnlog $(BIN_DIR)/turnlog
+	$(GO) build -o $(BIN_DIR)/turnlog-dev ./hack/dev
+	exec $(BIN_DIR)/turnlog-dev --state-dir $(CURDIR)/.turnlog-dev --control-plane $(CONTROL_PLANE_DIR) --crds $(CURDIR)/config/crd/bases --admission-policy $(CURDIR)/config/admission/forkedfrom_policy.yaml --turnlog $(BIN_DIR)/turnlog
 
 .PHONY: test
 test: control-plane node-deps pi-deps verify-generated vet test-unit test-examples test-e2e ## Everything CI runs: generated files, vet, unit, envtest and end-to-end suites.

@@ -27,13 +27,20 @@ import (
 const workerImage = "turnlog:dev"
 
 func main() {
-	if err := run(); err != nil {
+	// Ctrl-C or SIGTERM is the normal way to end turnlog dev: run tears
+	// down what it started and returns, and the stop exits 0. An error run
+	// returns after such a stop was asked for is one the stop caused (a
+	// start or import cut short, the manager exiting on the same Ctrl-C,
+	// which reaches it too), not a failure to report.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx); err != nil && ctx.Err() == nil {
 		fmt.Fprintln(os.Stderr, "turnlog dev:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
+func run(ctx context.Context) error {
 	stateDirFlag := flag.String("state-dir", ".turnlog-dev", "directory for the cluster's state, the object store and logs; kept across runs")
 	controlPlane := flag.String("control-plane", "", "directory holding etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl (make control-plane)")
 	crds := flag.String("crds", "config/crd/bases", "directory of CRD manifests to install")
@@ -58,9 +65,6 @@ func run() error {
 		return err
 	}
 	storeURL := "file://" + storeDir
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 
 	fmt.Println("starting the local cluster (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, process node) ...")
 	startCtx, cancelStart := context.WithTimeout(ctx, 3*time.Minute)
