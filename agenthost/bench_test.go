@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -104,17 +105,18 @@ func tenKTurns(turns int) []Event {
 // BenchmarkTranscript compares what a host resuming a 10,000-turn Session
 // does with the stored transcript (read the replay checkpoint and the
 // parts the workers stored) with what it would do without it (export the
-// log and replay it), on a file:// store and on versitygw. parts is how
+// log and replay it), on a file:// store and on versitygw. runs is how
 // many replay runs stored the transcript: 1 for a Session imported whole,
-// 100 for one the workers followed every 100 turns.
+// 100 for one the workers followed every 100 turns, 1,000 for one they
+// followed every 10; the parts metric is how many parts those runs left.
 //
-//	go test ./agenthost -run '^$' -bench BenchmarkTranscript -benchtime 5x
+//	go test ./agenthost -run '^$' -bench BenchmarkTranscript -benchtime 10x
 func BenchmarkTranscript(b *testing.B) {
 	const turns = 10_000
 	events := tenKTurns(turns)
 	for _, backend := range []string{"file", "versitygw"} {
-		for _, parts := range []int{1, 100} {
-			b.Run(fmt.Sprintf("%s/parts=%d", backend, parts), func(b *testing.B) {
+		for _, runs := range []int{1, 100, 1000} {
+			b.Run(fmt.Sprintf("%s/runs=%d", backend, runs), func(b *testing.B) {
 				var bk store.Bucket
 				if backend == "file" {
 					var err error
@@ -128,10 +130,10 @@ func BenchmarkTranscript(b *testing.B) {
 				l := openTestLog(b, bk)
 				ctx := context.Background()
 				a := l.AppenderAt(0, AppenderOptions{FlushInterval: -1, NoNudge: true})
-				per := (len(events) - 1) / parts
-				for p := range parts {
-					lo, hi := 1+p*per, 1+(p+1)*per
-					if p == 0 {
+				per := (len(events) - 1) / runs
+				for r := range runs {
+					lo, hi := 1+r*per, 1+(r+1)*per
+					if r == 0 {
 						lo = 0
 					}
 					for i := lo; i < hi; i += 2000 {
@@ -143,6 +145,13 @@ func BenchmarkTranscript(b *testing.B) {
 					}
 				}
 				must(b, a.Close(ctx))
+				parts := 0
+				for o, err := range bk.List(ctx, "") {
+					must(b, err)
+					if strings.HasSuffix(o.Key, ".jsonl") && strings.Contains(o.Key, "/derived/") {
+						parts++
+					}
+				}
 
 				b.Run("stored", func(b *testing.B) {
 					for range b.N {
@@ -151,6 +160,7 @@ func BenchmarkTranscript(b *testing.B) {
 							b.Fatalf("%d messages, %v", len(tr.Messages), err)
 						}
 					}
+					b.ReportMetric(float64(parts), "parts")
 				})
 				b.Run("export+replay", func(b *testing.B) {
 					for range b.N {

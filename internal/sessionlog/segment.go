@@ -292,6 +292,13 @@ func readLimited(ctx context.Context, b store.Bucket, key string, limit int64) (
 			return err
 		}
 		defer r.Close()
+		// Sized for the whole object when the store says how big it is,
+		// rather than grown by doubling: a derived object can be megabytes.
+		if sized, ok := r.(interface{ Size() int64 }); ok && sized.Size() >= 0 && sized.Size() <= limit {
+			data = make([]byte, sized.Size())
+			_, err = io.ReadFull(r, data)
+			return err
+		}
 		data, err = io.ReadAll(io.LimitReader(r, limit+1))
 		return err
 	})

@@ -171,6 +171,19 @@ func (l *Log) PutDerived(ctx context.Context, name string, data []byte) error {
 	return nil
 }
 
+// DeleteDerived removes what PutDerived stored under name; nothing stored
+// there is not an error.
+func (l *Log) DeleteDerived(ctx context.Context, name string) error {
+	key, err := l.derivedKey(name)
+	if err != nil {
+		return err
+	}
+	if err := l.b.Delete(ctx, key); err != nil && !errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("delete derived %q of %s: %w", name, l.loc, err)
+	}
+	return nil
+}
+
 // GetDerived returns what PutDerived stored, if it is at most limit bytes
 // (at most MaxDerivedBytes; limit <= 0 means MaxDerivedBytes): a larger
 // object is a *DataError naming it and its size, read no further than the

@@ -63,6 +63,10 @@ func (c *classifyingReader) Read(p []byte) (int, error) {
 
 func (c *classifyingReader) Close() error { return c.r.Close() }
 
+// Size is the size of the whole object, which lets a reader that wants all
+// of it allocate once.
+func (c *classifyingReader) Size() int64 { return c.r.Size() }
+
 func (g *blobBucket) Attributes(ctx context.Context, key string) (Attributes, error) {
 	if err := ValidateKey(key); err != nil {
 		return Attributes{}, err

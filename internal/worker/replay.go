@@ -14,10 +14,12 @@ import (
 
 // replayDir is where the transcript for target is kept. Each target has its
 // own, so a Session whose spec.adapter changes starts a new transcript and
-// never mixes messages replayed for two targets.
+// never mixes messages replayed for two targets. ("transcript/", not the
+// "replay/" of releases whose parts were single JSON objects: those are not
+// read, and the workers replay such a Session again into the new form.)
 func replayDir(target turnlog.Adapter) string {
 	sum := sha256.Sum256([]byte(target.Kind + "\x00" + target.API + "\x00" + target.Provider + "\x00" + target.Model))
-	return "replay/" + hex.EncodeToString(sum[:8])
+	return "transcript/" + hex.EncodeToString(sum[:8])
 }
 
 // replayState is the checkpoint replay resumes from.
@@ -29,6 +31,8 @@ type replayState struct {
 	// that the next turn may still answer. The transcript is the segments'
 	// messages followed by Open.Unanswered().
 	Open replay.OpenCalls `json:"open,omitzero"`
+	// Parts are the stored parts of the transcript, in order.
+	Parts []partRef `json:"parts,omitempty"`
 }
 
 // Replay extends the transcript for target through the last turn that has
@@ -44,6 +48,20 @@ type replayState struct {
 // runs, followed by the synthetic results of the calls still open, are the
 // whole log's transcript byte for byte.
 func Replay(ctx context.Context, log Log, target turnlog.Adapter) (Summary, error) {
+	sum, err := replayRun(ctx, log, target, false)
+	if errors.Is(err, errPartsLost) {
+		// Derived data: replay the log again into new parts.
+		return replayRun(ctx, log, target, true)
+	}
+	return sum, err
+}
+
+// errPartsLost: a part the checkpoint lists is gone or is not that part.
+var errPartsLost = errors.New("a stored transcript part is lost")
+
+// replayRun is one run of Replay, from the checkpoint or, with startOver
+// or when the checkpoint is unusable, from the start of the log.
+func replayRun(ctx context.Context, log Log, target turnlog.Adapter, startOver bool) (Summary, error) {
 	dir := replayDir(target)
 	// A function, as the checkpoint is decoded into the counts it points to.
 	fresh := func() replayState {
@@ -58,9 +76,19 @@ func Replay(ctx context.Context, log Log, target turnlog.Adapter) (Summary, erro
 	if herr != nil {
 		return Summary{}, fmt.Errorf("find the log's head: %w", herr)
 	}
-	if err := resumable(err, found, state.Summary, state.Next, head); err != nil || state.Summary.Replay == nil {
+	if err == nil && found {
+		if perr := checkParts(state.Parts); perr != nil {
+			err = fmt.Errorf("%w: %w", ErrUnusable, perr)
+		}
+	}
+	var listed []partRef // deleted below once no longer listed
+	if err == nil {
+		listed = state.Parts
+	}
+	if err := resumable(err, found, state.Summary, state.Next, head); err != nil || state.Summary.Replay == nil || startOver {
 		state = fresh() // derived data: replay the log again
 	}
+	stored := state.Parts
 	sum := state.Summary
 	sum.New, sum.NewTotal = nil, 0
 	counts := *sum.Replay
@@ -124,14 +152,105 @@ func Replay(ctx context.Context, log Log, target turnlog.Adapter) (Summary, erro
 		sum.note(Diagnostic{Seq: d.Seq, Cause: cause, Message: d.Message})
 	}
 	sum.Replay = &counts
-	if err := storeJSON(ctx, log, segmentName(dir, from), Transcript{Result: res, Diagnostics: degraded}); err != nil {
+	chain, err := extendParts(ctx, log, dir, stored, res.Messages, degraded)
+	if err != nil {
 		return Summary{}, err
+	}
+	state.Parts = state.Parts[:0:0]
+	for _, l := range chain {
+		if l.part != nil {
+			data, err := l.part.encode()
+			if err != nil {
+				return Summary{}, err
+			}
+			if err := log.PutDerived(ctx, l.ref.name(dir), data); err != nil {
+				return Summary{}, fmt.Errorf("write %s: %w", l.ref.name(dir), err)
+			}
+		}
+		state.Parts = append(state.Parts, l.ref)
 	}
 	state.Summary = sum
 	if err := storeJSON(ctx, log, dir+"/checkpoint.json", state); err != nil {
 		return Summary{}, err
 	}
+	// Only now are the merged parts unlisted. A reader that read the
+	// previous checkpoint and misses one of them reads the new one.
+	deleteUnlisted(ctx, log, dir, listed, state.Parts)
 	return sum, nil
+}
+
+// link is a part of the transcript's chain: a stored one (part nil) or one
+// this run made, which is to be written.
+type link struct {
+	ref  partRef
+	part *part
+}
+
+// extendParts appends a run's messages to the chain of stored parts and
+// merges the tail as long as a part is no bigger than the one after it
+// (and the two fit in one part). Like a binary counter, that keeps a
+// Session replayed turn by turn to a few parts — about log2 of its
+// messages — and rewrites each message about log2 times in all, so a host
+// reading the transcript makes a handful of requests however often the
+// workers ran.
+func extendParts(ctx context.Context, log Log, dir string, stored []partRef, msgs []replay.Message, diags []replay.Diagnostic) ([]link, error) {
+	chain := make([]link, 0, len(stored)+1)
+	start := int64(0)
+	for _, r := range stored {
+		chain = append(chain, link{ref: r})
+		start = r.Start + r.Count
+	}
+	fresh, err := newParts(start, msgs, diags)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range fresh {
+		chain = append(chain, link{ref: p.ref(), part: p})
+	}
+	if len(fresh) == 0 {
+		return chain, nil
+	}
+	for n := len(chain); n >= 2; n = len(chain) {
+		x, y := chain[n-2], chain[n-1]
+		if x.ref.Bytes > y.ref.Bytes || x.ref.Bytes+y.ref.Bytes > maxPartBytes {
+			break
+		}
+		if x.part == nil {
+			name := x.ref.name(dir)
+			data, err := log.GetDerived(ctx, name, 0)
+			if err != nil {
+				if errors.Is(err, ErrNotFound) || errors.Is(err, ErrUnusable) {
+					return nil, fmt.Errorf("%w: %w", errPartsLost, err)
+				}
+				return nil, fmt.Errorf("read %s: %w", name, err)
+			}
+			if x.part, err = decodePart(data, x.ref); err != nil {
+				return nil, fmt.Errorf("%w: read %s: %w", errPartsLost, name, err)
+			}
+		}
+		m := merge(x.part, y.part)
+		chain = append(chain[:n-2], link{ref: m.ref(), part: m})
+	}
+	if len(chain) > maxParts {
+		last := chain[len(chain)-1].ref
+		return nil, fmt.Errorf("the transcript would have %d messages in %d parts of up to %d bytes: more than the %d parts a stored transcript may have", last.Start+last.Count, len(chain), maxPartBytes, maxParts)
+	}
+	return chain, nil
+}
+
+// deleteUnlisted deletes the parts the previous checkpoint listed and the
+// new one does not. A part that cannot be deleted is left: nothing reads
+// an unlisted part, and deleting the Session removes it.
+func deleteUnlisted(ctx context.Context, log Log, dir string, before, after []partRef) {
+	listed := make(map[string]bool, len(after))
+	for _, r := range after {
+		listed[r.name(dir)] = true
+	}
+	for _, r := range before {
+		if name := r.name(dir); !listed[name] {
+			_ = log.DeleteDerived(ctx, name)
+		}
+	}
 }
 
 // defaultAdapter fills the fields target leaves empty from the session's

@@ -52,6 +52,11 @@ func (s StoreLog) PutDerived(ctx context.Context, name string, data []byte) erro
 	return s.Log.PutDerived(ctx, name, data)
 }
 
+// DeleteDerived removes a derived object.
+func (s StoreLog) DeleteDerived(ctx context.Context, name string) error {
+	return s.Log.DeleteDerived(ctx, name)
+}
+
 type storeEvents struct {
 	next      func() (sessionlog.Event, error, bool)
 	stop      func()

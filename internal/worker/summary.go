@@ -181,6 +181,11 @@ func LoadAssembly(ctx context.Context, log Log) (sum Summary, found bool, err er
 func LoadReplay(ctx context.Context, log Log, target turnlog.Adapter) (sum Summary, found bool, err error) {
 	var state replayState
 	found, err = loadCheckpoint(ctx, log, replayDir(target)+"/checkpoint.json", &state)
+	if err == nil && found {
+		if perr := checkParts(state.Parts); perr != nil {
+			err = fmt.Errorf("%w: %w", ErrUnusable, perr)
+		}
+	}
 	return state.Summary, found, err
 }
 

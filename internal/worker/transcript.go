@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/turnlog/turnlog/internal/replay"
 	"github.com/turnlog/turnlog/internal/turnlog"
 )
@@ -40,12 +42,29 @@ func (e *NotReplayedError) Is(target error) bool { return target == ErrNotReplay
 
 // LoadTranscript returns the transcript the replay runs for target stored,
 // through the last turn/end they replayed, without reading the raw log: the
-// checkpoint says where the runs got to and which tool calls are still
-// open, and the parts they stored chain from seq 0 to it (each part starts
-// after the previous one's last turn/end). A part stored by a run that died before its checkpoint is
-// ignored, as the next run will write it again. Before the first replayed
-// turn it returns a *NotReplayedError.
+// checkpoint says where the runs got to, lists the parts holding the
+// transcript's messages and keeps the tool calls still open. The parts are
+// read at once, a few at a time. A run that merged parts deletes the old
+// ones after writing its checkpoint, so a part gone missing means a newer
+// checkpoint, which is read again. Before the first replayed turn it
+// returns a *NotReplayedError.
 func LoadTranscript(ctx context.Context, log Log, target turnlog.Adapter) (Transcript, error) {
+	for attempt := 1; ; attempt++ {
+		tr, err := loadTranscript(ctx, log, target)
+		if !errors.Is(err, ErrNotFound) || attempt == loadAttempts {
+			return tr, err
+		}
+	}
+}
+
+// loadAttempts bounds how often LoadTranscript starts again after a part
+// went missing: each time, a run replaced the checkpoint while it read.
+const loadAttempts = 3
+
+// loadParallel is how many parts LoadTranscript reads at once.
+const loadParallel = 8
+
+func loadTranscript(ctx context.Context, log Log, target turnlog.Adapter) (Transcript, error) {
 	dir := replayDir(target)
 	var state replayState
 	found, err := loadCheckpoint(ctx, log, dir+"/checkpoint.json", &state)
@@ -55,28 +74,52 @@ func LoadTranscript(ctx context.Context, log Log, target turnlog.Adapter) (Trans
 	if !found || state.Next == 0 {
 		return Transcript{}, &NotReplayedError{Want: -1, Through: -1}
 	}
-	out := Transcript{
-		Result:      replay.Result{ThroughSeq: -1, Messages: []replay.Message{}},
-		Diagnostics: []replay.Diagnostic{},
+	if err := checkParts(state.Parts); err != nil {
+		return Transcript{}, fmt.Errorf("read %s/checkpoint.json: %w: %w", dir, ErrUnusable, err)
 	}
-	for from := int64(0); from < state.Next; {
-		var part Transcript
-		name := segmentName(dir, from)
-		found, err := loadJSON(ctx, log, name, &part)
-		if err != nil {
-			return Transcript{}, err
-		}
-		if !found || part.ThroughSeq < from {
-			return Transcript{}, fmt.Errorf("read %s: the stored transcript has no part for seq %d (replayed through seq %d)", name, from, state.Next-1)
-		}
-		out.Messages = append(out.Messages, part.Messages...)
-		out.Counts.Add(part.Counts)
-		out.Diagnostics = append(out.Diagnostics, part.Diagnostics...)
-		out.ThroughSeq = part.ThroughSeq
-		from = part.ThroughSeq + 1
+	if state.Summary.Replay == nil {
+		return Transcript{}, fmt.Errorf("read %s/checkpoint.json: %w: no replay counts", dir, ErrUnusable)
+	}
+	parts := make([]*part, len(state.Parts))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(loadParallel)
+	for i, ref := range state.Parts {
+		g.Go(func() error {
+			name := ref.name(dir)
+			data, err := log.GetDerived(gctx, name, 0)
+			if err != nil {
+				return fmt.Errorf("read %s: %w", name, err)
+			}
+			if parts[i], err = decodePart(data, ref); err != nil {
+				return fmt.Errorf("read %s: %w: %w", name, ErrUnusable, err)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return Transcript{}, err
+	}
+	c := state.Summary.Replay
+	out := Transcript{
+		Result: replay.Result{
+			ThroughSeq: state.Next - 1,
+			Counts:     replay.Counts{Native: int(c.Native), Foreign: int(c.Foreign), Degraded: int(c.Degraded), OrphanToolResults: int(c.OrphanToolResults)},
+		},
+	}
+	messages, diagnostics := 0, 0
+	for _, p := range parts {
+		messages += len(p.header.Messages)
+		diagnostics += len(p.header.Diagnostics)
 	}
 	// The last turn's open tool calls may still be answered by the next
 	// turn; until then the transcript ends with their synthetic results.
-	out.Messages = append(out.Messages, state.Open.Unanswered()...)
+	unanswered := state.Open.Unanswered()
+	out.Messages = make([]replay.Message, 0, messages+len(unanswered))
+	out.Diagnostics = make([]replay.Diagnostic, 0, diagnostics)
+	for _, p := range parts {
+		out.Messages = p.appendMessages(out.Messages)
+		out.Diagnostics = append(out.Diagnostics, p.header.Diagnostics...)
+	}
+	out.Messages = append(out.Messages, unanswered...)
 	return out, nil
 }

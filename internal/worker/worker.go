@@ -62,6 +62,9 @@ type Log interface {
 	GetDerived(ctx context.Context, name string, limit int64) ([]byte, error)
 	// PutDerived creates or replaces a derived object.
 	PutDerived(ctx context.Context, name string, data []byte) error
+	// DeleteDerived removes a derived object; removing one that is absent
+	// is not an error.
+	DeleteDerived(ctx context.Context, name string) error
 }
 
 // Events is a stream of a log's events that must be closed.

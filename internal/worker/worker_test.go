@@ -23,6 +23,8 @@ type memLog struct {
 	events  []turnlog.Event
 	derived map[string][]byte
 	read    int
+	// onPut, if set, sees every PutDerived.
+	onPut func(name string, data []byte)
 }
 
 func newMemLog(t *testing.T, data []byte) *memLog {
@@ -64,7 +66,15 @@ func (l *memLog) GetDerived(_ context.Context, name string, limit int64) ([]byte
 	return data, nil
 }
 
+func (l *memLog) DeleteDerived(_ context.Context, name string) error {
+	delete(l.derived, name)
+	return nil
+}
+
 func (l *memLog) PutDerived(_ context.Context, name string, data []byte) error {
+	if l.onPut != nil {
+		l.onPut(name, data)
+	}
 	l.derived[name] = data
 	return nil
 }

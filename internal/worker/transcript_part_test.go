@@ -1,0 +1,322 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/bits"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/turnlog/turnlog/internal/replay"
+	"github.com/turnlog/turnlog/internal/turnlog"
+	"github.com/turnlog/turnlog/internal/turnlog/turnlogtest"
+)
+
+// wholeReplay is what `turnlog replay` gives for the log through its head.
+func wholeReplay(t *testing.T, data []byte) Transcript {
+	t.Helper()
+	var diags []replay.Diagnostic
+	res, err := replay.Transcript(turnlog.NewReader(bytes.NewReader(data)), replay.Options{Through: replay.Head,
+		OnDegrade: func(d replay.Diagnostic) { diags = append(diags, d) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diags == nil {
+		diags = []replay.Diagnostic{}
+	}
+	return Transcript{Result: res, Diagnostics: diags}
+}
+
+// partsOf lists the transcript objects stored for target, checkpoint aside.
+func partsOf(log *memLog, target turnlog.Adapter) []string {
+	var names []string
+	for _, k := range keys(log.derived) {
+		if strings.HasPrefix(k, replayDir(target)+"/") && !strings.HasSuffix(k, "/checkpoint.json") {
+			names = append(names, k)
+		}
+	}
+	return names
+}
+
+// A Session the workers follow turn by turn is replayed by one run per
+// turn. Its transcript stays in a handful of parts — about log2 of its
+// messages — so a host reads it in a few requests however many runs there
+// were; every message is rewritten only about log2 times in all; nothing
+// but the listed parts is left in the store; and after every run the
+// stored transcript is the whole log's, diagnostics and counts included.
+func TestTranscriptOfARunPerTurnStaysInFewParts(t *testing.T) {
+	ctx := context.Background()
+	data := repeatTurns(t, 700, "")
+	all := bytes.SplitAfter(data, []byte("\n"))
+	log := newMemLog(t, nil)
+	written := 0
+	log.onPut = func(name string, data []byte) {
+		if strings.HasSuffix(name, ".jsonl") {
+			written += len(data)
+		}
+	}
+	runs := 0
+	for i, line := range all {
+		if len(line) == 0 {
+			continue
+		}
+		log.append(t, line)
+		if !bytes.Contains(line, []byte(`"type":"turn/end"`)) {
+			continue
+		}
+		if _, err := Replay(ctx, log, turnlog.Adapter{}); err != nil {
+			t.Fatal(err)
+		}
+		runs++
+		tr, err := LoadTranscript(ctx, log, turnlog.Adapter{})
+		if err != nil {
+			t.Fatalf("after the run through line %d: %v", i+1, err)
+		}
+		var state replayState
+		if err := json.Unmarshal(log.derived[replayDir(turnlog.Adapter{})+"/checkpoint.json"], &state); err != nil {
+			t.Fatal(err)
+		}
+		if limit := bits.Len(uint(len(tr.Messages))) + 1; len(state.Parts) > limit {
+			t.Fatalf("after %d runs: %d parts for %d messages, want at most %d", runs, len(state.Parts), len(tr.Messages), limit)
+		}
+		if got := partsOf(log, turnlog.Adapter{}); len(got) != len(state.Parts) {
+			t.Fatalf("after %d runs: %d transcript objects stored, %d listed: %v", runs, len(got), len(state.Parts), got)
+		}
+		if runs%25 == 0 || i == len(all)-2 {
+			whole := wholeReplay(t, bytes.Join(all[:i+1], nil))
+			if !equalJSON(tr, whole) {
+				t.Fatalf("after %d runs the stored transcript differs from a whole replay", runs)
+			}
+		}
+	}
+	tr, err := LoadTranscript(ctx, log, turnlog.Adapter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.Counts.Degraded == 0 || len(tr.Diagnostics) == 0 {
+		t.Fatalf("counts %+v, %d diagnostics: the test log has a degraded message", tr.Counts, len(tr.Diagnostics))
+	}
+	stored := 0
+	for _, name := range partsOf(log, turnlog.Adapter{}) {
+		stored += len(log.derived[name])
+	}
+	if limit := stored * (bits.Len(uint(len(tr.Messages))) + 2); written > limit {
+		t.Fatalf("%d runs wrote %d bytes of parts for a transcript of %d bytes, want at most %d", runs, written, stored, limit)
+	}
+	t.Logf("%d runs, %d messages in %d parts; %d bytes stored, %d written in all", runs, len(tr.Messages), len(partsOf(log, turnlog.Adapter{})), stored, written)
+}
+
+// A run whose messages are more than a part holds stores several parts,
+// none over the bound, read back as one transcript.
+func TestALargeRunIsSplitIntoParts(t *testing.T) {
+	ctx := context.Background()
+	data := repeatTurns(t, 300, strings.Repeat("why ", 10_000)) // 12 MB of questions
+	log := newMemLog(t, data)
+	if _, err := Replay(ctx, log, turnlog.Adapter{}); err != nil {
+		t.Fatal(err)
+	}
+	names := partsOf(log, turnlog.Adapter{})
+	if len(names) < 2 {
+		t.Fatalf("%d parts for a %d-byte log, want it split (at %d bytes)", len(names), len(data), maxPartBytes)
+	}
+	for _, name := range names {
+		if n := len(log.derived[name]); n > maxPartBytes+maxPartBytes/4 {
+			t.Errorf("%s is %d bytes, over the bound of %d (+ header)", name, n, maxPartBytes)
+		}
+	}
+	tr, err := LoadTranscript(ctx, log, turnlog.Adapter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !equalJSON(tr, wholeReplay(t, data)) {
+		t.Fatal("the transcript read from split parts differs from a whole replay")
+	}
+}
+
+// A part that is not what its checkpoint lists is refused with the object
+// and line named; it is never handed out as messages. The next run that
+// has to read it replays the log again into new parts.
+func TestABadPartIsRefused(t *testing.T) {
+	ctx := context.Background()
+	data := turnlogtest.Log(200, 7)
+	for _, c := range []struct {
+		name    string
+		corrupt func(b []byte) []byte
+		want    string
+	}{
+		{"truncated", func(b []byte) []byte { return b[:len(b)-10] }, "line 1: the part holds"},
+		{"no header", func(b []byte) []byte { return []byte("{}") }, "line 1: no header line"},
+		{"header not JSON", func(b []byte) []byte { return append([]byte("{\n"), b...) }, "line 1:"},
+		{"message not JSON", func(b []byte) []byte {
+			return bytes.Replace(b, []byte("\n{\"role\":"), []byte("\n{\"role\" "), 1)
+		}, "line 2: the message at seq"},
+		{"two values on a line", func(b []byte) []byte {
+			i := bytes.IndexByte(b, '\n')
+			j := i + 1 + bytes.IndexByte(b[i+1:], '\n')
+			return append(append(append([]byte{}, b[:j-2]...), "}1"...), b[j:]...)
+		}, "line 2: the message at seq"},
+		{"forged length", func(b []byte) []byte {
+			return bytes.Replace(b, []byte(`"bytes":`), []byte(`"bytes":9223372036854775807,"x":`), 1)
+		}, "do not end at a line's end"},
+		{"a line more", func(b []byte) []byte { return append(b, "{}\n"...) }, "line 1: the part holds"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			log := newMemLog(t, data)
+			if _, err := Replay(ctx, log, turnlog.Adapter{}); err != nil {
+				t.Fatal(err)
+			}
+			names := partsOf(log, turnlog.Adapter{})
+			if len(names) != 1 {
+				t.Fatalf("%d parts, want 1", len(names))
+			}
+			log.derived[names[0]] = c.corrupt(log.derived[names[0]])
+			_, err := LoadTranscript(ctx, log, turnlog.Adapter{})
+			if !errors.Is(err, ErrUnusable) || !strings.Contains(err.Error(), names[0]) || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
+				t.Fatalf("LoadTranscript of a part %s = %v; want one line naming %s and %q", c.name, err, names[0], c.want)
+			}
+			// The next run's part is bigger than the bad one, so the run
+			// merges the two, finds the bad one and starts over.
+			more := turnlogtest.Log(1000, 7)
+			log.append(t, lines(more, len(log.events), countLines(more)))
+			if _, err := Replay(ctx, log, turnlog.Adapter{}); err != nil {
+				t.Fatalf("a run over a bad part: %v", err)
+			}
+			tr, err := LoadTranscript(ctx, log, turnlog.Adapter{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !equalJSON(tr, wholeReplay(t, more)) {
+				t.Fatal("after the run the transcript differs from a whole replay")
+			}
+		})
+	}
+}
+
+// A host reading while a run merges parts may find a part it was told of
+// already deleted: it reads the new checkpoint and gets the newer
+// transcript, not an error.
+func TestReadingWhileARunMergesParts(t *testing.T) {
+	ctx := context.Background()
+	data := turnlogtest.Log(300, 3)
+	all := bytes.SplitAfter(data, []byte("\n"))
+	inner := newMemLog(t, nil)
+	for _, line := range all[:len(all)-1] {
+		inner.append(t, line)
+		if bytes.Contains(line, []byte(`"type":"turn/end"`)) {
+			if _, err := Replay(ctx, inner, turnlog.Adapter{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// One more turn, whose run merges every part into one.
+	more := turnlogtest.Log(2000, 3)
+	log := &hookLog{memLog: inner}
+	ran := false
+	log.beforeGet = func(name string) {
+		if ran || !strings.HasSuffix(name, ".jsonl") {
+			return
+		}
+		ran = true
+		inner.append(t, lines(more, len(inner.events), countLines(more)))
+		if _, err := Replay(ctx, inner, turnlog.Adapter{}); err != nil {
+			t.Error(err)
+		}
+		if n := len(partsOf(inner, turnlog.Adapter{})); n > 3 {
+			t.Errorf("%d parts after the merging run", n)
+		}
+	}
+	tr, err := LoadTranscript(ctx, log, turnlog.Adapter{})
+	if err != nil {
+		t.Fatalf("LoadTranscript while a run merged: %v", err)
+	}
+	if !ran || !equalJSON(tr, wholeReplay(t, more)) {
+		t.Fatalf("ran %v: the transcript read is not the newer one", ran)
+	}
+}
+
+// hookLog serialises a memLog's reads, which LoadTranscript makes at once,
+// and calls beforeGet before each.
+type hookLog struct {
+	*memLog
+	mu        sync.Mutex
+	beforeGet func(name string)
+}
+
+func (l *hookLog) GetDerived(ctx context.Context, name string, limit int64) ([]byte, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.beforeGet(name)
+	return l.memLog.GetDerived(ctx, name, limit)
+}
+
+// decodePart never panics and hands out only what encoding/json accepts
+// as one JSON value per message.
+func FuzzDecodePart(f *testing.F) {
+	msgs := []replay.Message{
+		{Seq: 2, Role: "user", Message: json.RawMessage(`{"role":"user","content":"hi"}`)},
+		{Seq: 7, Role: "assistant", Replay: replay.Native, Message: json.RawMessage(`{"role":"assistant","content":[{"type":"text","text":"a\u2028b"}]}`)},
+	}
+	parts, err := newParts(3, msgs, []replay.Diagnostic{{Code: "REPLAY_DEGRADED", Seq: 7, Cause: "kind", Message: "x"}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	good, err := parts[0].encode()
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(good)
+	f.Add(bytes.Replace(good, []byte(`"bytes":30`), []byte(`"bytes":31`), 1))
+	f.Add([]byte("{\"start\":0,\"messages\":[{\"bytes\":1}]}\n1\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var h partHeader
+		line, body, _ := bytes.Cut(data, []byte{'\n'})
+		if json.Unmarshal(line, &h) != nil {
+			h = partHeader{}
+		}
+		p, err := decodePart(data, partRef{Start: h.Start, Count: int64(len(h.Messages)), Bytes: int64(len(body))})
+		if err != nil {
+			return
+		}
+		for _, m := range p.appendMessages(nil) {
+			if !json.Valid(m.Message) {
+				t.Fatalf("decodePart handed out %q", m.Message)
+			}
+		}
+	})
+}
+
+func countLines(data []byte) int { return bytes.Count(data, []byte("\n")) }
+
+// repeatTurns returns a log of n turns made of the two turns of
+// legacy-flat-state.jsonl: every seventh one's message degrades (a legacy
+// replay state), the others replay natively from their envelope. A
+// question, if not empty, replaces the user's text.
+func repeatTurns(t *testing.T, n int, question string) []byte {
+	t.Helper()
+	all := bytes.SplitAfter(testLog(t, "legacy-flat-state.jsonl"), []byte("\n"))
+	degraded, native := all[1:5], all[5:12]
+	seqField, turnField := regexp.MustCompile(`^\{"seq":\d+,`), regexp.MustCompile(`"turn":\d+,`)
+	out := bytes.Clone(all[0])
+	seq := 1
+	for turn := 1; turn <= n; turn++ {
+		lines := native
+		if turn%7 == 1 {
+			lines = degraded
+		}
+		for _, line := range lines {
+			if question != "" {
+				line = bytes.Replace(line, []byte(`"Why does the build fail?"`), []byte(`"`+question+`"`), 1)
+				line = bytes.Replace(line, []byte(`"How do I fix it?"`), []byte(`"`+question+`"`), 1)
+			}
+			line = seqField.ReplaceAll(line, fmt.Appendf(nil, `{"seq":%d,`, seq))
+			out = append(out, turnField.ReplaceAll(line, fmt.Appendf(nil, `"turn":%d,`, turn))...)
+			seq++
+		}
+	}
+	return out
+}
