@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -18,6 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/sessionlog"
+	"github.com/turnlog/turnlog/internal/store/storetest"
 	"github.com/turnlog/turnlog/internal/worker"
 )
 
@@ -51,29 +54,8 @@ var _ = Describe("Session controller with pod workers", Ordered, func() {
 		Expect(stores.Close()).To(Succeed())
 	})
 
-	// unfinishedJobs lists the worker Jobs of a Session still running.
-	unfinishedJobs := func(g Gomega, s *turnlogv1.Session) []batchv1.Job {
-		jobs := &batchv1.JobList{}
-		g.Expect(k8sClient.List(ctx, jobs, client.InNamespace(ns), client.MatchingLabels{turnlogv1.LabelSession: string(s.UID)})).To(Succeed())
-		var out []batchv1.Job
-		for _, j := range jobs.Items {
-			if !jobCondition(&j, batchv1.JobComplete) && !jobCondition(&j, batchv1.JobFailed) {
-				out = append(out, j)
-			}
-		}
-		return out
-	}
-	// theJob waits for the one unfinished Job of a Session.
-	theJob := func(s *turnlogv1.Session) batchv1.Job {
-		GinkgoHelper()
-		var job batchv1.Job
-		Eventually(func(g Gomega) {
-			jobs := unfinishedJobs(g, s)
-			g.Expect(jobs).To(HaveLen(1))
-			job = jobs[0]
-		}).Should(Succeed())
-		return job
-	}
+	unfinishedJobs := func(g Gomega, s *turnlogv1.Session) []batchv1.Job { return unfinishedJobsOf(g, ns, s) }
+	theJob := func(s *turnlogv1.Session) batchv1.Job { GinkgoHelper(); return theJobOf(ns, s) }
 
 	It("runs assembly and replay as Jobs under the restricted profile, one at a time, and reports what they stored", func() {
 		log := readLog("legacy-flat-state.jsonl")
@@ -210,6 +192,100 @@ var _ = Describe("Session controller with pod workers", Ordered, func() {
 		Expect(again.UID).NotTo(Equal(job.UID))
 	})
 })
+
+// A Session whose worker run failed --worker-max-failures times waits for
+// an append, a nudge or a spec change: until then it is polled as cheaply
+// as an idle Session, and an append without a nudge still gets a new run.
+var _ = Describe("A Session whose worker run gave up", Ordered, func() {
+	var (
+		ns      string
+		stores  *BucketCache
+		counted countedStores
+		sio     *SessionIO
+		stop    func()
+		conf    Config
+	)
+	BeforeAll(func() {
+		ns = newNamespace("gave-up")
+		url := "file://" + GinkgoT().TempDir()
+		stores = storesAt(url)
+		b, err := stores.bucket(ctx, url)
+		Expect(err).NotTo(HaveOccurred())
+		counted = countedStores{BucketCache: stores, bucket: storetest.NewCounting(b)}
+		sio = &SessionIO{Client: k8sClient, Stores: stores}
+		conf = Config{
+			Stores: counted, WorkerMode: WorkerModePod, PollInterval: 100 * time.Millisecond, MaxPollInterval: 500 * time.Millisecond, WorkerMaxFailures: 1,
+			Jobs: JobWorkers{Image: "ghcr.io/turnlog/turnlog:test", BackoffLimit: 0, ActiveDeadlineSeconds: 600},
+		}
+		stop = startManager(ns, conf)
+	})
+	AfterAll(func() {
+		stop()
+		Expect(stores.Close()).To(Succeed())
+	})
+
+	It("costs one store request per poll, and an append gets a new run", func() {
+		session, _, err := sio.Import(ctx, ns, "gave-up", bytes.NewReader(readLog("aborted-turn.jsonl")))
+		Expect(err).NotTo(HaveOccurred())
+		failed := theJobOf(ns, session)
+		runWorkerPod(&failed, 1)
+		Eventually(func(g Gomega) string {
+			return cond(getSession(ns, "gave-up")(g).Status.Conditions, turnlogv1.ConditionReady)
+		}).Should(Equal("False/WorkerFailedPermanently"))
+		// Until the cache has caught up with the last status patch, a
+		// reconcile may find a stale status and look at the log in full.
+		time.Sleep(2 * conf.MaxPollInterval)
+
+		before := getSession(ns, "gave-up")(Default).ResourceVersion
+		counted.bucket.Reset()
+		time.Sleep(4 * conf.MaxPollInterval)
+		c := counted.bucket.Counts()
+		Expect(c.Attributes).To(BeNumerically(">=", 1), "the Session is probed")
+		Expect(c).To(Equal(storetest.Counts{Attributes: c.Attributes}), "probes are the only store requests")
+		Expect(getSession(ns, "gave-up")(Default).ResourceVersion).To(Equal(before), "the Session was not written")
+		Expect(unfinishedJobsOf(Default, ns, session)).To(BeEmpty())
+
+		By("appending a turn without a nudge")
+		log, err := sessionlog.New(counted.bucket).Log(sessionlog.Location{Namespace: ns, Session: "gave-up", UID: string(session.UID)})
+		Expect(err).NotTo(HaveOccurred())
+		head, err := log.Head(ctx)
+		Expect(err).NotTo(HaveOccurred())
+		_, err = log.NewAppender("").Append(ctx, []byte(fmt.Sprintf(`{"type":"turn/start","turn":%d}`, head.Turns+1)), []byte(fmt.Sprintf(`{"type":"turn/end","turn":%d,"reason":"aborted"}`, head.Turns+1)))
+		Expect(err).NotTo(HaveOccurred())
+		next := theJobOf(ns, session)
+		Expect(next.Name).NotTo(Equal(failed.Name))
+		runWorkerPod(&next, 0)
+		replay := theJobOf(ns, session)
+		runWorkerPod(&replay, 0)
+		s := waitReady(ns, "gave-up")
+		Expect(*s.Status.HeadSeq).To(Equal(head.Head() + 2))
+	})
+})
+
+// unfinishedJobsOf lists the worker Jobs of a Session still running.
+func unfinishedJobsOf(g Gomega, ns string, s *turnlogv1.Session) []batchv1.Job {
+	jobs := &batchv1.JobList{}
+	g.Expect(k8sClient.List(ctx, jobs, client.InNamespace(ns), client.MatchingLabels{turnlogv1.LabelSession: string(s.UID)})).To(Succeed())
+	var out []batchv1.Job
+	for _, j := range jobs.Items {
+		if !jobCondition(&j, batchv1.JobComplete) && !jobCondition(&j, batchv1.JobFailed) {
+			out = append(out, j)
+		}
+	}
+	return out
+}
+
+// theJobOf waits for the one unfinished Job of a Session.
+func theJobOf(ns string, s *turnlogv1.Session) batchv1.Job {
+	GinkgoHelper()
+	var job batchv1.Job
+	Eventually(func(g Gomega) {
+		jobs := unfinishedJobsOf(g, ns, s)
+		g.Expect(jobs).To(HaveLen(1))
+		job = jobs[0]
+	}).Should(Succeed())
+	return job
+}
 
 var terminationPathArg = regexp.MustCompile(`^--termination-message-path=`)
 

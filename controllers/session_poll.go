@@ -71,12 +71,14 @@ func (r *SessionReconciler) reconcileIdle(ctx context.Context, session *turnlogv
 }
 
 // settled: the status says the Session's derived data is current with a
-// log whose head is status.headSeq, for the Session's generation. Derived
-// data changes only through the controller's own worker runs, so for such a
-// Session only an append can make work.
+// log whose head is status.headSeq, for the Session's generation, or that
+// a worker run failed --worker-max-failures times and waits for an append,
+// a nudge or a spec change. Derived data changes only through the
+// controller's own worker runs, so for such a Session only an append (or
+// a nudge, or a new generation, both seen here) can make work.
 func settled(s *turnlogv1.Session) bool {
 	st := &s.Status
-	if st.ObservedGeneration != s.Generation || st.Worker != nil || st.LastAppendTime == nil {
+	if st.ObservedGeneration != s.Generation || st.LastAppendTime == nil {
 		return false
 	}
 	if t, ok := nudgeTime(s); ok && t.After(st.LastAppendTime.Time) {
@@ -85,15 +87,26 @@ func settled(s *turnlogv1.Session) bool {
 		return false
 	}
 	c := meta.FindStatusCondition(st.Conditions, turnlogv1.ConditionReady)
-	return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == s.Generation &&
-		(c.Reason == turnlogv1.ReasonCurrent || c.Reason == turnlogv1.ReasonEmptyLog)
+	if c == nil || c.ObservedGeneration != s.Generation {
+		return false
+	}
+	switch {
+	case c.Status == metav1.ConditionTrue:
+		return st.Worker == nil && (c.Reason == turnlogv1.ReasonCurrent || c.Reason == turnlogv1.ReasonEmptyLog)
+	case c.Reason == turnlogv1.ReasonWorkerFailedPermanently:
+		// Given up on until the log grows (its next run has another name)
+		// or the Session is nudged (any new value: the trigger changes) or
+		// its spec changes: polling it costs what an idle one does.
+		return st.Worker != nil && st.Worker.RetryAt == nil && st.Worker.Trigger == trigger(s)
+	}
+	return false
 }
 
 // nextPoll is when a reconcile that ended with ready (nil: current) and
 // err looks at the Session again unless something wakes it: a settled
 // Session backs off, any other is looked at every PollInterval.
 func (r *SessionReconciler) nextPoll(s *sessionScope, err error) time.Duration {
-	if err == nil && (s.ready == nil || s.ready.reason == turnlogv1.ReasonEmptyLog) {
+	if err == nil && (s.ready == nil || s.ready.reason == turnlogv1.ReasonEmptyLog || s.ready.reason == turnlogv1.ReasonWorkerFailedPermanently) {
 		return r.idlePoll(s.session, time.Now())
 	}
 	return r.PollInterval
