@@ -2,6 +2,7 @@ package sessionlog_test
 
 import (
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 
@@ -118,4 +119,48 @@ func buildLog(b *testing.B, lg *sessionlog.Log, n, segSize int) {
 			batch = batch[:0]
 		}
 	}
+}
+
+// BenchmarkReadLog measures how fast the log's lines are read and checked:
+// Head of a log of 300,000 streamed chunks and no turn/end (so it reads
+// back through every segment, as the manager does for a turn that streams
+// on), and a Read of the whole log (export, the workers), on file://.
+func BenchmarkReadLog(b *testing.B) {
+	bucket := openURL(b, "file://"+b.TempDir(), nil)
+	lg := openLog(b, bucket, sessionlog.Location{Namespace: "bench", Session: "stream", UID: "u1"})
+	events := [][]byte{ev("turn/start", 1, "")}
+	for i := range 300_000 {
+		events = append(events, chunk(1, i))
+	}
+	size := 0
+	for _, e := range events {
+		size += len(e) + 1
+	}
+	if _, err := lg.NewAppender("").Append(ctx(b), events...); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("head", func(b *testing.B) {
+		b.SetBytes(int64(size))
+		for range b.N {
+			h, err := lg.Head(ctx(b))
+			if err != nil || h.Next != int64(len(events)) {
+				b.Fatalf("Head = %+v, %v", h, err)
+			}
+		}
+	})
+	b.Run("read", func(b *testing.B) {
+		b.SetBytes(int64(size))
+		for range b.N {
+			n := 0
+			for _, err := range lg.Read(ctx(b), 0, math.MaxInt64) {
+				if err != nil {
+					b.Fatal(err)
+				}
+				n++
+			}
+			if n != len(events) {
+				b.Fatalf("read %d events, want %d", n, len(events))
+			}
+		}
+	})
 }
