@@ -24,9 +24,18 @@ type assemblyState struct {
 	SessionAdapter turnlog.Adapter `json:"sessionAdapter"`
 }
 
+// maxAssemblyPartBytes is how much of the log (in event bytes) a run
+// assembles before it stores what it has and a checkpoint: a first run
+// over a log of gigabytes holds a few MiB of output at a time, not all of
+// it, and a run that dies keeps what it stored. (At 4 MiB a part the
+// output and its encoding took 31 MiB of heap, at 1 MiB 13 MiB:
+// TestReadersStayBounded.)
+const maxAssemblyPartBytes = 1 << 20
+
 // Assemble assembles the responses of the turns that ended since the last
-// run, into one derived object per run, and records where the log's head,
-// turns and last turn/end are. It does nothing when the head has not moved.
+// run, into one derived object per run (or per maxAssemblyPartBytes of the
+// log read), and records where the log's head, turns and last turn/end
+// are. It does nothing when the head has not moved.
 func Assemble(ctx context.Context, log Log) (Summary, error) {
 	fresh := assemblyState{Summary: Summary{Task: TaskAssemble, ThroughSeq: -1, ScannedThrough: -1}}
 	state := fresh
@@ -57,6 +66,23 @@ func Assemble(ctx context.Context, log Log) (Summary, error) {
 	committed := assembler.Result{Messages: []assembler.Assembled{}, Partials: []assembler.Partial{}, Diagnostics: []assembler.Diagnostic{}}
 	var open assembler.Result // outputs of the turn still streaming
 	from, openTurn := state.Next, false
+	read := 0 // event bytes behind committed
+	// commit stores the committed turns since from and a checkpoint.
+	commit := func() error {
+		if state.Next > from {
+			// Written before the checkpoint: a run that dies in between
+			// leaves a segment the next run rewrites under the same name.
+			if err := storeJSON(ctx, log, segmentName(assemblyDir, from), committed); err != nil {
+				return err
+			}
+		}
+		sum.Turns = state.CommittedTurns
+		if openTurn {
+			sum.Turns++
+		}
+		state.Summary = sum
+		return storeJSON(ctx, log, assemblyCheckpoint, state)
+	}
 	for {
 		e, err := events.Next()
 		if errors.Is(err, io.EOF) {
@@ -66,6 +92,7 @@ func Assemble(ctx context.Context, log Log) (Summary, error) {
 			return Summary{}, fmt.Errorf("read the log: %w", err)
 		}
 		sum.ScannedThrough = e.Seq
+		read += len(e.Raw)
 		out := a.Add(&e)
 		if out.Message != nil {
 			open.Messages = append(open.Messages, *out.Message)
@@ -95,21 +122,16 @@ func Assemble(ctx context.Context, log Log) (Summary, error) {
 				}
 			}
 			open = assembler.Result{}
+			if read >= maxAssemblyPartBytes {
+				if err := commit(); err != nil {
+					return Summary{}, err
+				}
+				committed = assembler.Result{Messages: []assembler.Assembled{}, Partials: []assembler.Partial{}, Diagnostics: []assembler.Diagnostic{}}
+				from, read = state.Next, 0
+			}
 		}
 	}
-	sum.Turns = state.CommittedTurns
-	if openTurn {
-		sum.Turns++
-	}
-	if state.Next > from {
-		// Written before the checkpoint: a run that dies in between leaves a
-		// segment the next run rewrites under the same name.
-		if err := storeJSON(ctx, log, segmentName(assemblyDir, from), committed); err != nil {
-			return Summary{}, err
-		}
-	}
-	state.Summary = sum
-	if err := storeJSON(ctx, log, assemblyCheckpoint, state); err != nil {
+	if err := commit(); err != nil {
 		return Summary{}, err
 	}
 	return sum, nil

@@ -93,6 +93,16 @@ func TestReadersStayBounded(t *testing.T) {
 		}
 	}, "checkpoints"))
 	peak = max(peak, measureHeap(t, func() {
+		// The first assembly of the whole log, past the forged checkpoint.
+		sum, err := Assemble(ctx, StoreLog{lg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sum.ThroughSeq != lastEnd || sum.ScannedThrough != next-1 {
+			t.Fatalf("assembly through %d, scanned through %d; want %d and %d", sum.ThroughSeq, sum.ScannedThrough, lastEnd, next-1)
+		}
+	}, "assemble"))
+	peak = max(peak, measureHeap(t, func() {
 		// Through the middle of the 2M-event segment: its first million
 		// events are rewritten, the rest of the log copied.
 		child := sessionlog.Location{Namespace: "team-a", Session: "fork", UID: "u2"}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 
 	"github.com/turnlog/turnlog/internal/replay"
@@ -163,6 +164,7 @@ func replayRun(ctx context.Context, log Log, target turnlog.Adapter, startOver b
 			if err != nil {
 				return Summary{}, err
 			}
+			l.ref.CRC32C = crc32.Checksum(data, castagnoli)
 			if err := log.PutDerived(ctx, l.ref.name(dir), data); err != nil {
 				return Summary{}, fmt.Errorf("write %s: %w", l.ref.name(dir), err)
 			}

@@ -108,7 +108,7 @@ func loadTranscript(ctx context.Context, log Log, target turnlog.Adapter) (Trans
 	}
 	messages, diagnostics := 0, 0
 	for _, p := range parts {
-		messages += len(p.header.Messages)
+		messages += p.header.count()
 		diagnostics += len(p.header.Diagnostics)
 	}
 	// The last turn's open tool calls may still be answered by the next

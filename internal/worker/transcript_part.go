@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
+	"slices"
 
 	gojson "github.com/goccy/go-json"
 
@@ -14,10 +16,15 @@ import (
 // A stored transcript is a chain of parts, each holding a run of
 // consecutive messages. A part is JSON Lines: a header line that lists its
 // messages' fields and byte lengths, then each message's JSON on a line of
-// its own. Reading one therefore decodes only the small header; the
-// messages are checked to be JSON and handed out as they are, not decoded,
-// which is what makes reading a stored transcript much cheaper than
-// replaying the log (docs/benchmarks.md, "Agent hosts").
+// its own, as json.Marshal wrote it. The checkpoint lists each part with
+// the CRC-32C of its bytes, so a reader checks that a part is the one the
+// run wrote (at memory speed) and then hands the message lines out as they
+// are, without decoding or re-parsing them: reading a stored transcript
+// costs its bytes and its header, not a JSON decode of every message
+// (docs/benchmarks.md, "Agent hosts"). The CRC protects against objects
+// damaged, truncated or left from another run; whoever can write the
+// bucket can also write the checkpoint, and derived data cannot be made
+// proof against them (docs/security.md).
 
 // maxPartBytes caps the messages of one part: a run splits a bigger
 // transcript into several parts, and merging stops at it. Parts of a few
@@ -40,6 +47,8 @@ type partRef struct {
 	Count int64 `json:"count"`
 	// Bytes is the size of its messages, which decides merging.
 	Bytes int64 `json:"bytes"`
+	// CRC32C is the CRC-32C (Castagnoli) of the whole stored object.
+	CRC32C uint32 `json:"crc32c"`
 }
 
 // name is the part's object name: its message range, so a merged part
@@ -65,22 +74,38 @@ func checkParts(refs []partRef) error {
 	return nil
 }
 
-// partHeader is a part's first line.
+// partHeader is a part's first line: its messages' fields and the byte
+// length of each message's line, by column (which decodes faster than an
+// object per message), and the diagnostics of its degraded messages.
 type partHeader struct {
-	Start    int64         `json:"start"`
-	Messages []messageMeta `json:"messages"`
-	// Diagnostics are those of the part's degraded messages.
+	Start       int64               `json:"start"`
+	Seqs        []int64             `json:"seqs"`
+	Roles       []string            `json:"roles"`
+	Replay      []replay.Mode       `json:"replay"`
+	Synthetic   []bool              `json:"synthetic"`
+	Bytes       []int               `json:"bytes"`
 	Diagnostics []replay.Diagnostic `json:"diagnostics"`
 }
 
-// messageMeta is a replay.Message without its message, and the length of
-// the message's line.
-type messageMeta struct {
-	Seq       int64       `json:"seq"`
-	Role      string      `json:"role"`
-	Replay    replay.Mode `json:"replay,omitempty"`
-	Synthetic bool        `json:"synthetic,omitempty"`
-	Bytes     int         `json:"bytes"`
+func newHeader(start int64) partHeader {
+	return partHeader{Start: start, Seqs: []int64{}, Roles: []string{}, Replay: []replay.Mode{}, Synthetic: []bool{}, Bytes: []int{}, Diagnostics: []replay.Diagnostic{}}
+}
+
+func (h *partHeader) count() int { return len(h.Seqs) }
+
+// add lists a message whose line is n bytes.
+func (h *partHeader) add(m replay.Message, n int) {
+	h.Seqs = append(h.Seqs, m.Seq)
+	h.Roles = append(h.Roles, m.Role)
+	h.Replay = append(h.Replay, m.Replay)
+	h.Synthetic = append(h.Synthetic, m.Synthetic)
+	h.Bytes = append(h.Bytes, n)
+}
+
+// columnsAgree reports whether every column lists every message.
+func (h *partHeader) columnsAgree() bool {
+	n := h.count()
+	return len(h.Roles) == n && len(h.Replay) == n && len(h.Synthetic) == n && len(h.Bytes) == n
 }
 
 // part is a part in memory: its header and its message lines.
@@ -91,7 +116,7 @@ type part struct {
 }
 
 func (p *part) ref() partRef {
-	return partRef{Start: p.header.Start, Count: int64(len(p.header.Messages)), Bytes: int64(len(p.body))}
+	return partRef{Start: p.header.Start, Count: int64(p.header.count()), Bytes: int64(len(p.body))}
 }
 
 // newParts cuts a run's messages, the transcript's from message start on,
@@ -100,21 +125,21 @@ func (p *part) ref() partRef {
 // message it is about; the order of both lists is kept.
 func newParts(start int64, msgs []replay.Message, diags []replay.Diagnostic) ([]*part, error) {
 	var parts []*part
-	cur := &part{header: partHeader{Start: start, Messages: []messageMeta{}, Diagnostics: []replay.Diagnostic{}}}
+	cur := &part{header: newHeader(start)}
 	for i, m := range msgs {
 		// Marshal compacts the message, so it holds no newline: one line.
 		line, err := json.Marshal(m.Message)
 		if err != nil {
 			return nil, fmt.Errorf("encode the message at seq %d: %w", m.Seq, err)
 		}
-		if len(cur.header.Messages) > 0 && len(cur.body)+len(line)+1 > maxPartBytes {
+		if cur.header.count() > 0 && len(cur.body)+len(line)+1 > maxPartBytes {
 			parts = append(parts, cur)
-			cur = &part{header: partHeader{Start: start + int64(i), Messages: []messageMeta{}, Diagnostics: []replay.Diagnostic{}}}
+			cur = &part{header: newHeader(start + int64(i))}
 		}
-		cur.header.Messages = append(cur.header.Messages, messageMeta{Seq: m.Seq, Role: m.Role, Replay: m.Replay, Synthetic: m.Synthetic, Bytes: len(line)})
+		cur.header.add(m, len(line))
 		cur.body = append(append(cur.body, line...), '\n')
 	}
-	if len(cur.header.Messages) > 0 {
+	if cur.header.count() > 0 {
 		parts = append(parts, cur)
 	}
 	if len(parts) == 0 {
@@ -123,7 +148,7 @@ func newParts(start int64, msgs []replay.Message, diags []replay.Diagnostic) ([]
 	// Diagnostics in order, each part taking those up to its last message.
 	d := 0
 	for i, p := range parts {
-		last := p.header.Messages[len(p.header.Messages)-1].Seq
+		last := p.header.Seqs[p.header.count()-1]
 		for d < len(diags) && (diags[d].Seq <= last || i == len(parts)-1) {
 			p.header.Diagnostics = append(p.header.Diagnostics, diags[d])
 			d++
@@ -134,15 +159,22 @@ func newParts(start int64, msgs []replay.Message, diags []replay.Diagnostic) ([]
 
 // merge returns a part holding a's messages then b's.
 func merge(a, b *part) *part {
+	x, y := &a.header, &b.header
 	return &part{
 		header: partHeader{
-			Start:       a.header.Start,
-			Messages:    append(append(make([]messageMeta, 0, len(a.header.Messages)+len(b.header.Messages)), a.header.Messages...), b.header.Messages...),
-			Diagnostics: append(append(make([]replay.Diagnostic, 0, len(a.header.Diagnostics)+len(b.header.Diagnostics)), a.header.Diagnostics...), b.header.Diagnostics...),
+			Start:       x.Start,
+			Seqs:        slices.Concat(x.Seqs, y.Seqs),
+			Roles:       slices.Concat(x.Roles, y.Roles),
+			Replay:      slices.Concat(x.Replay, y.Replay),
+			Synthetic:   slices.Concat(x.Synthetic, y.Synthetic),
+			Bytes:       slices.Concat(x.Bytes, y.Bytes),
+			Diagnostics: slices.Concat(x.Diagnostics, y.Diagnostics),
 		},
-		body: append(append(make([]byte, 0, len(a.body)+len(b.body)), a.body...), b.body...),
+		body: slices.Concat(a.body, b.body),
 	}
 }
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // encode returns the part's object.
 func (p *part) encode() ([]byte, error) {
@@ -153,11 +185,14 @@ func (p *part) encode() ([]byte, error) {
 	return append(append(append(make([]byte, 0, len(header)+1+len(p.body)), header...), '\n'), p.body...), nil
 }
 
-// decodePart reads a stored part, checking it is the part ref lists and
-// that each message line is one JSON value. It names the line of what is
-// wrong. The messages are not decoded: messages() hands out
-// their bytes.
+// decodePart reads a stored part, checking it is the part ref lists: its
+// CRC-32C, its header, and each message's length ending at a line's end.
+// It names the line of what is wrong. The messages are not decoded:
+// appendMessages hands out their bytes.
 func decodePart(data []byte, ref partRef) (*part, error) {
+	if sum := crc32.Checksum(data, castagnoli); sum != ref.CRC32C {
+		return nil, fmt.Errorf("the object's CRC-32C is %08x, the checkpoint lists %08x: not the part the replay run wrote", sum, ref.CRC32C)
+	}
 	headerLine, body, ok := bytes.Cut(data, []byte{'\n'})
 	if !ok {
 		return nil, errors.New("line 1: no header line")
@@ -166,24 +201,24 @@ func decodePart(data []byte, ref partRef) (*part, error) {
 	if err := gojson.Unmarshal(headerLine, &p.header); err != nil {
 		return nil, fmt.Errorf("line 1: %w", err)
 	}
-	if p.header.Start != ref.Start || int64(len(p.header.Messages)) != ref.Count || int64(len(body)) != ref.Bytes {
+	h := &p.header
+	if !h.columnsAgree() {
+		return nil, fmt.Errorf("line 1: the header lists %d seqs, %d roles, %d replay modes, %d synthetic flags and %d lengths", len(h.Seqs), len(h.Roles), len(h.Replay), len(h.Synthetic), len(h.Bytes))
+	}
+	if h.Start != ref.Start || int64(h.count()) != ref.Count || int64(len(body)) != ref.Bytes {
 		return nil, fmt.Errorf("line 1: the part holds %d messages (%d bytes) from message %d; the checkpoint lists %d (%d bytes) from %d",
-			len(p.header.Messages), len(body), p.header.Start, ref.Count, ref.Bytes, ref.Start)
+			h.count(), len(body), h.Start, ref.Count, ref.Bytes, ref.Start)
 	}
 	off := 0
-	for i, m := range p.header.Messages {
+	for i, n := range h.Bytes {
 		// Compared before adding, as a forged length could overflow.
-		if m.Bytes <= 0 || m.Bytes >= len(body)-off || body[off+m.Bytes] != '\n' {
-			return nil, fmt.Errorf("line %d: the header gives the message at seq %d %d bytes, which do not end at a line's end", i+2, m.Seq, m.Bytes)
+		if n <= 0 || n >= len(body)-off || body[off+n] != '\n' {
+			return nil, fmt.Errorf("line %d: the header gives the message at seq %d %d bytes, which do not end at a line's end", i+2, h.Seqs[i], n)
 		}
-		end := off + m.Bytes
-		if !gojson.Valid(body[off:end]) {
-			return nil, fmt.Errorf("line %d: the message at seq %d is not JSON", i+2, m.Seq)
-		}
-		off = end + 1
+		off += n + 1
 	}
 	if off != len(body) {
-		return nil, fmt.Errorf("line %d: more lines than the header lists", len(p.header.Messages)+2)
+		return nil, fmt.Errorf("line %d: more lines than the header lists", h.count()+2)
 	}
 	return p, nil
 }
@@ -191,11 +226,11 @@ func decodePart(data []byte, ref partRef) (*part, error) {
 // appendMessages appends the part's messages to out. The messages share
 // the part's bytes.
 func (p *part) appendMessages(out []replay.Message) []replay.Message {
-	off := 0
-	for _, m := range p.header.Messages {
-		out = append(out, replay.Message{Seq: m.Seq, Role: m.Role, Replay: m.Replay, Synthetic: m.Synthetic,
-			Message: json.RawMessage(p.body[off : off+m.Bytes : off+m.Bytes])})
-		off += m.Bytes + 1
+	h, off := &p.header, 0
+	for i, n := range h.Bytes {
+		out = append(out, replay.Message{Seq: h.Seqs[i], Role: h.Roles[i], Replay: h.Replay[i], Synthetic: h.Synthetic[i],
+			Message: json.RawMessage(p.body[off : off+n : off+n])})
+		off += n + 1
 	}
 	return out
 }

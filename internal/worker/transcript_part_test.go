@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"math/bits"
 	"regexp"
 	"strings"
@@ -139,31 +140,33 @@ func TestALargeRunIsSplitIntoParts(t *testing.T) {
 }
 
 // A part that is not what its checkpoint lists is refused with the object
-// and line named; it is never handed out as messages. The next run that
-// has to read it replays the log again into new parts.
+// and line named; it is never handed out as messages. A damaged object
+// fails its CRC; one whose CRC the checkpoint was made to match (a writer
+// bug, a hand-edited bucket) fails the checks of its structure. The next
+// run that has to read it replays the log again.
 func TestABadPartIsRefused(t *testing.T) {
 	ctx := context.Background()
 	data := turnlogtest.Log(200, 7)
 	for _, c := range []struct {
 		name    string
 		corrupt func(b []byte) []byte
+		fixCRC  bool
 		want    string
 	}{
-		{"truncated", func(b []byte) []byte { return b[:len(b)-10] }, "line 1: the part holds"},
-		{"no header", func(b []byte) []byte { return []byte("{}") }, "line 1: no header line"},
-		{"header not JSON", func(b []byte) []byte { return append([]byte("{\n"), b...) }, "line 1:"},
-		{"message not JSON", func(b []byte) []byte {
+		{"truncated", func(b []byte) []byte { return b[:len(b)-10] }, false, "not the part the replay run wrote"},
+		{"a message changed", func(b []byte) []byte {
 			return bytes.Replace(b, []byte("\n{\"role\":"), []byte("\n{\"role\" "), 1)
-		}, "line 2: the message at seq"},
-		{"two values on a line", func(b []byte) []byte {
-			i := bytes.IndexByte(b, '\n')
-			j := i + 1 + bytes.IndexByte(b[i+1:], '\n')
-			return append(append(append([]byte{}, b[:j-2]...), "}1"...), b[j:]...)
-		}, "line 2: the message at seq"},
+		}, false, "not the part the replay run wrote"},
+		{"truncated, CRC matched", func(b []byte) []byte { return b[:len(b)-10] }, true, "line 1: the part holds"},
+		{"no header", func(b []byte) []byte { return []byte("{}") }, true, "line 1: no header line"},
+		{"header not JSON", func(b []byte) []byte { return append([]byte("{\n"), b...) }, true, "line 1:"},
 		{"forged length", func(b []byte) []byte {
-			return bytes.Replace(b, []byte(`"bytes":`), []byte(`"bytes":9223372036854775807,"x":`), 1)
-		}, "do not end at a line's end"},
-		{"a line more", func(b []byte) []byte { return append(b, "{}\n"...) }, "line 1: the part holds"},
+			return regexp.MustCompile(`"bytes":\[\d+`).ReplaceAll(b, []byte(`"bytes":[9223372036854775807`))
+		}, true, "do not end at a line's end"},
+		{"columns disagree", func(b []byte) []byte {
+			return bytes.Replace(b, []byte(`"roles":[`), []byte(`"roles":["user",`), 1)
+		}, true, "line 1: the header lists"},
+		{"a line more", func(b []byte) []byte { return append(b, "{}\n"...) }, true, "line 1: the part holds"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			log := newMemLog(t, data)
@@ -174,7 +177,17 @@ func TestABadPartIsRefused(t *testing.T) {
 			if len(names) != 1 {
 				t.Fatalf("%d parts, want 1", len(names))
 			}
-			log.derived[names[0]] = c.corrupt(log.derived[names[0]])
+			bad := c.corrupt(log.derived[names[0]])
+			log.derived[names[0]] = bad
+			if c.fixCRC {
+				name := replayDir(turnlog.Adapter{}) + "/checkpoint.json"
+				var state replayState
+				if err := json.Unmarshal(log.derived[name], &state); err != nil {
+					t.Fatal(err)
+				}
+				state.Parts[0].CRC32C = crc32.Checksum(bad, castagnoli)
+				log.derived[name], _ = json.Marshal(state)
+			}
 			_, err := LoadTranscript(ctx, log, turnlog.Adapter{})
 			if !errors.Is(err, ErrUnusable) || !strings.Contains(err.Error(), names[0]) || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
 				t.Fatalf("LoadTranscript of a part %s = %v; want one line naming %s and %q", c.name, err, names[0], c.want)
@@ -254,8 +267,8 @@ func (l *hookLog) GetDerived(ctx context.Context, name string, limit int64) ([]b
 	return l.memLog.GetDerived(ctx, name, limit)
 }
 
-// decodePart never panics and hands out only what encoding/json accepts
-// as one JSON value per message.
+// decodePart never panics, and hands out exactly the lines the header
+// lists.
 func FuzzDecodePart(f *testing.F) {
 	msgs := []replay.Message{
 		{Seq: 2, Role: "user", Message: json.RawMessage(`{"role":"user","content":"hi"}`)},
@@ -270,21 +283,25 @@ func FuzzDecodePart(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(good)
-	f.Add(bytes.Replace(good, []byte(`"bytes":30`), []byte(`"bytes":31`), 1))
-	f.Add([]byte("{\"start\":0,\"messages\":[{\"bytes\":1}]}\n1\n"))
+	f.Add(regexp.MustCompile(`"bytes":\[\d+`).ReplaceAll(good, []byte(`"bytes":[31`)))
+	f.Add([]byte("{\"start\":0,\"seqs\":[0],\"roles\":[\"\"],\"replay\":[\"\"],\"synthetic\":[false],\"bytes\":[1]}\n1\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var h partHeader
 		line, body, _ := bytes.Cut(data, []byte{'\n'})
 		if json.Unmarshal(line, &h) != nil {
 			h = partHeader{}
 		}
-		p, err := decodePart(data, partRef{Start: h.Start, Count: int64(len(h.Messages)), Bytes: int64(len(body))})
+		p, err := decodePart(data, partRef{Start: h.Start, Count: int64(len(h.Seqs)), Bytes: int64(len(body)), CRC32C: crc32.Checksum(data, castagnoli)})
 		if err != nil {
 			return
 		}
-		for _, m := range p.appendMessages(nil) {
-			if !json.Valid(m.Message) {
-				t.Fatalf("decodePart handed out %q", m.Message)
+		msgs := p.appendMessages(nil)
+		if len(msgs) != len(h.Seqs) {
+			t.Fatalf("%d messages handed out, the header lists %d", len(msgs), len(h.Seqs))
+		}
+		for i, m := range msgs {
+			if len(m.Message) != h.Bytes[i] || bytes.IndexByte(m.Message, '\n') >= 0 {
+				t.Fatalf("message %d handed out as %q, the header gives it %d bytes", i, m.Message, h.Bytes[i])
 			}
 		}
 	})
