@@ -45,6 +45,12 @@ type SessionReconciler struct {
 	// DeletionTimeout bounds how long a deleted Session waits for its log
 	// to be deleted before it is released with the log left in place.
 	DeletionTimeout time.Duration
+	// StoreTimeout bounds the store requests of one look at a Session. A
+	// store that accepts connections and never answers would otherwise
+	// hold the reconcile, and with it every other Session queued behind
+	// it, for as long as the SDK keeps waiting (S3's has no response
+	// timeout). 0 is no bound.
+	StoreTimeout time.Duration
 
 	// reported remembers the last results each Session's Events were raised
 	// for (key: UID, then the task or failed run), because the status a reconcile starts from
@@ -96,7 +102,15 @@ func (r *SessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ 
 			return ctrl.Result{}, ignoreConflict(err)
 		}
 	}
-	if result, idle := r.reconcileIdle(ctx, session); idle {
+	// The looks at the store run under StoreTimeout; status is written,
+	// and the work run, under the reconcile's own context, so a store that
+	// timed out is still reported.
+	storeCtx, cancel := ctx, context.CancelFunc(func() {})
+	if r.StoreTimeout > 0 {
+		storeCtx, cancel = context.WithTimeout(ctx, r.StoreTimeout)
+	}
+	defer cancel()
+	if result, idle := r.reconcileIdle(storeCtx, session); idle {
 		return result, nil
 	}
 
@@ -104,12 +118,15 @@ func (r *SessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ 
 	defer func() {
 		err = errors.Join(err, r.patchStatus(ctx, s, err))
 	}()
-	for _, step := range []func(context.Context, *sessionScope) error{
-		r.reconcileLog,
-		r.reconcileDerived,
-		r.reconcileWork,
+	for _, step := range []struct {
+		run func(context.Context, *sessionScope) error
+		ctx context.Context
+	}{
+		{r.reconcileLog, storeCtx},
+		{r.reconcileDerived, storeCtx},
+		{r.reconcileWork, ctx},
 	} {
-		if err := step(ctx, s); err != nil || s.ready != nil {
+		if err := step.run(step.ctx, s); err != nil || s.ready != nil {
 			return s.requeue(r.nextPoll(s, err)), err
 		}
 	}

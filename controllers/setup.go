@@ -40,12 +40,16 @@ type Config struct {
 	// DeletionTimeout bounds how long a deleted Session waits for its
 	// store; zero is DefaultDeletionTimeout.
 	DeletionTimeout time.Duration
+	// StoreTimeout bounds the store requests of one look at a Session (the
+	// probe, the head, the checkpoints); zero is DefaultStoreTimeout.
+	StoreTimeout time.Duration
 }
 
 // Defaults of Config.
 const (
 	DefaultWorkerMaxFailures = 5
 	DefaultDeletionTimeout   = 10 * time.Minute
+	DefaultStoreTimeout      = 2 * time.Minute
 )
 
 // CacheOptions restricts the manager's cache of Jobs to turnlog's workers,
@@ -91,11 +95,18 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 	if cfg.DeletionTimeout == 0 {
 		cfg.DeletionTimeout = DefaultDeletionTimeout
 	}
+	if cfg.StoreTimeout < 0 {
+		return fmt.Errorf("store timeout must not be negative, got %s", cfg.StoreTimeout)
+	}
+	if cfg.StoreTimeout == 0 {
+		cfg.StoreTimeout = DefaultStoreTimeout
+	}
 	recorder := mgr.GetEventRecorder("turnlog")
 	sessions := &SessionReconciler{
 		Client: mgr.GetClient(), Recorder: recorder, Stores: cfg.Stores,
 		PollInterval: cfg.PollInterval, MaxPollInterval: cfg.MaxPollInterval,
 		MaxWorkerFailures: cfg.WorkerMaxFailures, DeletionTimeout: cfg.DeletionTimeout,
+		StoreTimeout: cfg.StoreTimeout,
 	}
 	switch cfg.WorkerMode {
 	case WorkerModeLocal:

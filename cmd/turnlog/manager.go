@@ -52,6 +52,7 @@ func runManager(ctx context.Context, args []string, _ io.Reader, _, stderr io.Wr
 		namespaces = append(namespaces, v)
 		return nil
 	})
+	storeTimeout := fs.Duration("store-timeout", controllers.DefaultStoreTimeout, "how long one look at a Session may wait for its store (the probe, the head, the checkpoints) before it is reported StoreUnavailable and retried")
 	deletionTimeout := fs.Duration("deletion-timeout", controllers.DefaultDeletionTimeout, "how long a deleted Session with retention Delete waits for its store before it is released with its log left in place")
 	pollInterval := fs.Duration("poll-interval", time.Minute, "how often a busy Session's log is looked at without a nudge")
 	maxPollInterval := fs.Duration("max-poll-interval", time.Hour, "how seldom a Session whose log has been quiet at least this long is looked at without a nudge")
@@ -81,6 +82,9 @@ func runManager(ctx context.Context, args []string, _ io.Reader, _, stderr io.Wr
 	}
 	if *workerMaxFailures < 1 {
 		return usageError(fs, fmt.Errorf("--worker-max-failures %d: must be at least 1", *workerMaxFailures))
+	}
+	if *storeTimeout <= 0 {
+		return usageError(fs, fmt.Errorf("--store-timeout %s: must be positive", *storeTimeout))
 	}
 	if *deletionTimeout <= 0 {
 		return usageError(fs, fmt.Errorf("--deletion-timeout %s: must be positive", *deletionTimeout))
@@ -124,6 +128,7 @@ func runManager(ctx context.Context, args []string, _ io.Reader, _, stderr io.Wr
 		MaxPollInterval:   *maxPollInterval,
 		WorkerMaxFailures: int32(*workerMaxFailures),
 		DeletionTimeout:   *deletionTimeout,
+		StoreTimeout:      *storeTimeout,
 		Jobs: controllers.JobWorkers{
 			Image:                   *workerImage,
 			ServiceAccount:          *workerSA,
