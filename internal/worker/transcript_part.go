@@ -33,10 +33,11 @@ import (
 const maxPartBytes = 2 << 20
 
 // maxParts caps how many parts a checkpoint lists, which keeps it under
-// the 64 KiB a checkpoint may have: merging keeps a transcript to about
-// one part per maxPartBytes plus log2 of the rest, so this bounds a
-// stored transcript to about 1.6 GB, far beyond what a model takes as
-// context. A run that would list more fails, naming the bound.
+// the 64 KiB a checkpoint may have. Merging leaves parts of more than half
+// of maxPartBytes (two that fit together are merged) plus log2 of the
+// rest, so this bounds a stored transcript to 0.8-1.6 GB, far beyond what
+// a model takes as context. A run that would list more fails, naming the
+// bound.
 const maxParts = 800
 
 // partRef is a stored part as the replay checkpoint lists it.
