@@ -3,12 +3,15 @@ package store
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/url"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	gcaws "gocloud.dev/aws"
@@ -27,7 +30,17 @@ type Options struct {
 	// (environment, shared config, web identity).
 	AccessKeyID     string
 	SecretAccessKey string
+	// ResponseHeaderTimeout bounds how long an s3:// request waits for the
+	// answer's headers once it is sent; zero is DefaultResponseHeaderTimeout.
+	ResponseHeaderTimeout time.Duration
 }
+
+// DefaultResponseHeaderTimeout is how long an s3:// request waits for an
+// answer. The SDK's HTTP client waits forever by default, so an endpoint
+// that accepts connections and never answers (a dead proxy, a stuck
+// gateway) would hold its caller until the caller gives up; an answer's
+// headers come within seconds even for a server-side copy.
+const DefaultResponseHeaderTimeout = time.Minute
 
 // Open opens the bucket named by a URL:
 //
@@ -180,6 +193,13 @@ func openS3(ctx context.Context, u *url.URL, opts *Options) (Bucket, error) {
 	if opts.AccessKeyID != "" && opts.SecretAccessKey != "" {
 		cfg.Credentials = credentials.NewStaticCredentialsProvider(opts.AccessKeyID, opts.SecretAccessKey, "")
 	}
+	headerTimeout := opts.ResponseHeaderTimeout
+	if headerTimeout <= 0 {
+		headerTimeout = DefaultResponseHeaderTimeout
+	}
+	cfg.HTTPClient = awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
+		t.ResponseHeaderTimeout = headerTimeout
+	})
 	client := s3.NewFromConfig(cfg, clientOpts...)
 	b, err := s3blob.OpenBucket(ctx, client, u.Host, &s3blob.Options{RequestChecksumCalculation: cfg.RequestChecksumCalculation})
 	if err != nil {
