@@ -36,7 +36,7 @@ test: control-plane node-deps pi-deps verify-generated vet test-unit test-exampl
 ##@ Building
 
 .PHONY: control-plane
-control-plane: ## Build etcd, kube-apiserver, kubectl, the kubelet, ... from Go modules (cached; ~12-15 min cold).
+control-plane: ## Build etcd, kube-apiserver, kubectl, the kubelet, ... from Go modules (cached; ~9-15 min cold).
 	./hack/controlplane.sh
 
 .PHONY: node-deps

@@ -60,7 +60,7 @@ if [[ ${#pkgs[@]} -eq 0 ]]; then
 fi
 
 echo "building ${pkgs[*]} v$K8S_VERSION from Go modules into $BIN_DIR"
-echo "a cold build of all six takes about 12-15 minutes on 2 cores; later runs reuse it"
+echo "a cold build of all six takes about 9-15 minutes on 2 cores; later runs reuse it"
 mkdir -p "$BIN_DIR"
 major=${K8S_VERSION%%.*}
 minor=${K8S_VERSION#*.}; minor=${minor%%.*}
