@@ -20,7 +20,6 @@ import (
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/internal/sessionlog"
-	"github.com/turnlog/turnlog/internal/store/storetest"
 	"github.com/turnlog/turnlog/internal/worker"
 )
 
@@ -207,11 +206,7 @@ var _ = Describe("A Session whose worker run gave up", Ordered, func() {
 	)
 	BeforeAll(func() {
 		ns = newNamespace("gave-up")
-		url := "file://" + GinkgoT().TempDir()
-		stores = storesAt(url)
-		b, err := stores.bucket(ctx, url)
-		Expect(err).NotTo(HaveOccurred())
-		counted = countedStores{BucketCache: stores, bucket: storetest.NewCounting(b)}
+		stores, counted = countedStoresAt()
 		sio = &SessionIO{Client: k8sClient, Stores: stores}
 		conf = Config{
 			Stores: counted, WorkerMode: WorkerModePod, PollInterval: 100 * time.Millisecond, MaxPollInterval: 500 * time.Millisecond, WorkerMaxFailures: 1,
@@ -239,9 +234,7 @@ var _ = Describe("A Session whose worker run gave up", Ordered, func() {
 		before := getSession(ns, "gave-up")(Default).ResourceVersion
 		counted.bucket.Reset()
 		time.Sleep(4 * conf.MaxPollInterval)
-		c := counted.bucket.Counts()
-		Expect(c.Attributes).To(BeNumerically(">=", 1), "the Session is probed")
-		Expect(c).To(Equal(storetest.Counts{Attributes: c.Attributes}), "probes are the only store requests")
+		expectOnlyProbes(counted.bucket.Counts(), 1)
 		Expect(getSession(ns, "gave-up")(Default).ResourceVersion).To(Equal(before), "the Session was not written")
 		Expect(unfinishedJobsOf(Default, ns, session)).To(BeEmpty())
 

@@ -35,6 +35,25 @@ func (s countedStores) Store(ctx context.Context, name string) (*SessionStore, e
 
 // Many Sessions left alone, the way most of a large installation is: what
 // they cost is what the store and the API server see.
+// countedStoresAt is a store cache for a new file:// directory, and the
+// same stores with the requests to that directory counted.
+func countedStoresAt() (*BucketCache, countedStores) {
+	GinkgoHelper()
+	url := "file://" + GinkgoT().TempDir()
+	stores := storesAt(url)
+	b, err := stores.bucket(ctx, url)
+	Expect(err).NotTo(HaveOccurred())
+	return stores, countedStores{BucketCache: stores, bucket: storetest.NewCounting(b)}
+}
+
+// expectOnlyProbes: the store saw probes of at least sessions Sessions and
+// nothing else.
+func expectOnlyProbes(c storetest.Counts, sessions int) {
+	GinkgoHelper()
+	Expect(c.Attributes).To(BeNumerically(">=", sessions), "every Session is probed")
+	Expect(c).To(Equal(storetest.Counts{Attributes: c.Attributes}), "probes are the only store requests")
+}
+
 var _ = Describe("Idle Sessions", Ordered, func() {
 	const n = 300
 	var (
@@ -48,11 +67,7 @@ var _ = Describe("Idle Sessions", Ordered, func() {
 
 	BeforeAll(func() {
 		ns = newNamespace("idle")
-		url := "file://" + GinkgoT().TempDir()
-		stores = storesAt(url)
-		b, err := stores.bucket(ctx, url)
-		Expect(err).NotTo(HaveOccurred())
-		counted = countedStores{BucketCache: stores, bucket: storetest.NewCounting(b)}
+		stores, counted = countedStoresAt()
 		sio = &SessionIO{Client: k8sClient, Stores: stores}
 		// Short intervals, so that the specs see many polls of each Session.
 		conf = Config{Stores: counted, WorkerMode: WorkerModeLocal, PollInterval: 100 * time.Millisecond, MaxPollInterval: 500 * time.Millisecond}
@@ -99,9 +114,7 @@ var _ = Describe("Idle Sessions", Ordered, func() {
 		versions, events := snapshot()
 		counted.bucket.Reset()
 		time.Sleep(4 * conf.MaxPollInterval)
-		c := counted.bucket.Counts()
-		Expect(c.Attributes).To(BeNumerically(">=", n), "every Session is probed")
-		Expect(c).To(Equal(storetest.Counts{Attributes: c.Attributes}), "probes are the only store requests")
+		expectOnlyProbes(counted.bucket.Counts(), n)
 		after, afterEvents := snapshot()
 		Expect(after).To(Equal(versions), "no Session was written")
 		Expect(afterEvents).To(Equal(events), "no Event was raised")

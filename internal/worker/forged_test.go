@@ -47,7 +47,7 @@ func TestForgedReplayCheckpoint(t *testing.T) {
 	log := newMemLog(t, turnlogtest.Log(200, 7))
 	head, _ := log.Head(ctx)
 	target := turnlogtest.Adapter
-	name := replayDir(target) + "/checkpoint.json"
+	name := replayCheckpoint(target)
 
 	// 500 degraded messages listed: more than a run ever lists.
 	var state replayState

@@ -23,6 +23,23 @@ func replayDir(target turnlog.Adapter) string {
 	return "transcript/" + hex.EncodeToString(sum[:8])
 }
 
+// replayCheckpoint names the checkpoint of the transcript for target.
+func replayCheckpoint(target turnlog.Adapter) string { return replayDir(target) + "/checkpoint.json" }
+
+// loadReplayState reads the replay checkpoint for target into state: a
+// checkpoint whose list of parts cannot be a transcript's is unusable, like
+// one that does not decode.
+func loadReplayState(ctx context.Context, log Log, target turnlog.Adapter, state *replayState) (found bool, err error) {
+	name := replayCheckpoint(target)
+	found, err = loadCheckpoint(ctx, log, name, state)
+	if err == nil && found {
+		if perr := checkParts(state.Parts); perr != nil {
+			err = fmt.Errorf("read %s: %w: %w", name, ErrUnusable, perr)
+		}
+	}
+	return found, err
+}
+
 // replayState is the checkpoint replay resumes from.
 type replayState struct {
 	Summary Summary `json:"summary"`
@@ -69,18 +86,13 @@ func replayRun(ctx context.Context, log Log, target turnlog.Adapter, startOver b
 		return replayState{Summary: Summary{Task: TaskReplay, ThroughSeq: -1, Replay: &ReplayCounts{Target: target}}}
 	}
 	state := fresh()
-	found, err := loadCheckpoint(ctx, log, dir+"/checkpoint.json", &state)
+	found, err := loadReplayState(ctx, log, target, &state)
 	if err != nil && !errors.Is(err, ErrUnusable) {
 		return Summary{}, err
 	}
 	head, herr := log.Head(ctx)
 	if herr != nil {
 		return Summary{}, fmt.Errorf("find the log's head: %w", herr)
-	}
-	if err == nil && found {
-		if perr := checkParts(state.Parts); perr != nil {
-			err = fmt.Errorf("%w: %w", ErrUnusable, perr)
-		}
 	}
 	var listed []partRef // deleted below once no longer listed
 	if err == nil {
@@ -157,7 +169,7 @@ func replayRun(ctx context.Context, log Log, target turnlog.Adapter, startOver b
 	if err != nil {
 		return Summary{}, err
 	}
-	state.Parts = state.Parts[:0:0]
+	state.Parts = make([]partRef, 0, len(chain))
 	for _, l := range chain {
 		if l.part != nil {
 			data, err := l.part.encode()
@@ -172,7 +184,7 @@ func replayRun(ctx context.Context, log Log, target turnlog.Adapter, startOver b
 		state.Parts = append(state.Parts, l.ref)
 	}
 	state.Summary = sum
-	if err := storeJSON(ctx, log, dir+"/checkpoint.json", state); err != nil {
+	if err := storeJSON(ctx, log, replayCheckpoint(target), state); err != nil {
 		return Summary{}, err
 	}
 	// Only now are the merged parts unlisted. A reader that read the

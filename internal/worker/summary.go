@@ -180,12 +180,7 @@ func LoadAssembly(ctx context.Context, log Log) (sum Summary, found bool, err er
 // is false before the first run.
 func LoadReplay(ctx context.Context, log Log, target turnlog.Adapter) (sum Summary, found bool, err error) {
 	var state replayState
-	found, err = loadCheckpoint(ctx, log, replayDir(target)+"/checkpoint.json", &state)
-	if err == nil && found {
-		if perr := checkParts(state.Parts); perr != nil {
-			err = fmt.Errorf("%w: %w", ErrUnusable, perr)
-		}
-	}
+	found, err = loadReplayState(ctx, log, target, &state)
 	return state.Summary, found, err
 }
 

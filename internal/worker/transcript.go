@@ -67,18 +67,15 @@ const loadParallel = 8
 func loadTranscript(ctx context.Context, log Log, target turnlog.Adapter) (Transcript, error) {
 	dir := replayDir(target)
 	var state replayState
-	found, err := loadCheckpoint(ctx, log, dir+"/checkpoint.json", &state)
+	found, err := loadReplayState(ctx, log, target, &state)
 	if err != nil {
 		return Transcript{}, err
 	}
 	if !found || state.Next == 0 {
 		return Transcript{}, &NotReplayedError{Want: -1, Through: -1}
 	}
-	if err := checkParts(state.Parts); err != nil {
-		return Transcript{}, fmt.Errorf("read %s/checkpoint.json: %w: %w", dir, ErrUnusable, err)
-	}
 	if state.Summary.Replay == nil {
-		return Transcript{}, fmt.Errorf("read %s/checkpoint.json: %w: no replay counts", dir, ErrUnusable)
+		return Transcript{}, fmt.Errorf("read %s: %w: no replay counts", replayCheckpoint(target), ErrUnusable)
 	}
 	parts := make([]*part, len(state.Parts))
 	g, gctx := errgroup.WithContext(ctx)

@@ -37,7 +37,7 @@ func wholeReplay(t *testing.T, data []byte) Transcript {
 func partsOf(log *memLog, target turnlog.Adapter) []string {
 	var names []string
 	for _, k := range keys(log.derived) {
-		if strings.HasPrefix(k, replayDir(target)+"/") && !strings.HasSuffix(k, "/checkpoint.json") {
+		if strings.HasPrefix(k, replayDir(target)+"/") && k != replayCheckpoint(target) {
 			names = append(names, k)
 		}
 	}
@@ -79,7 +79,7 @@ func TestTranscriptOfARunPerTurnStaysInFewParts(t *testing.T) {
 			t.Fatalf("after the run through line %d: %v", i+1, err)
 		}
 		var state replayState
-		if err := json.Unmarshal(log.derived[replayDir(turnlog.Adapter{})+"/checkpoint.json"], &state); err != nil {
+		if err := json.Unmarshal(log.derived[replayCheckpoint(turnlog.Adapter{})], &state); err != nil {
 			t.Fatal(err)
 		}
 		if limit := bits.Len(uint(len(tr.Messages))) + 1; len(state.Parts) > limit {
@@ -180,7 +180,7 @@ func TestABadPartIsRefused(t *testing.T) {
 			bad := c.corrupt(log.derived[names[0]])
 			log.derived[names[0]] = bad
 			if c.fixCRC {
-				name := replayDir(turnlog.Adapter{}) + "/checkpoint.json"
+				name := replayCheckpoint(turnlog.Adapter{})
 				var state replayState
 				if err := json.Unmarshal(log.derived[name], &state); err != nil {
 					t.Fatal(err)
