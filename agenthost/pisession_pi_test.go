@@ -14,8 +14,8 @@ import (
 	"github.com/turnlog/turnlog/internal/worker"
 )
 
-// piDir is test/pi, where `make pi-deps` installs pi-coding-agent 0.73.1.
-const piDir = "../test/pi"
+// piDir is test/pi/0.73, where `make pi-deps` installs pi-coding-agent 0.73.1.
+const piDir = "../test/pi/0.73"
 
 // needPi skips without the installed pi packages, except under CI, where a
 // missing install is a broken setup and fails.
@@ -37,7 +37,7 @@ type piCase struct {
 	Messages      []json.RawMessage `json:"messages"`
 }
 
-// makePiSessions runs test/pi/make-sessions.mjs: pi-coding-agent's own
+// makePiSessions runs test/pi/0.73/make-sessions.mjs: pi-coding-agent's own
 // SessionManager writes the session files, and pi's own reader says which
 // messages each holds.
 func makePiSessions(t *testing.T) []piCase {
@@ -156,7 +156,6 @@ func TestImportPiSessions(t *testing.T) {
 				if w["role"] == "custom" || w["stopReason"] == "aborted" || w["stopReason"] == "error" {
 					continue // not model history: documented in docs/agent-hosts.md
 				}
-				delete(w, "details") // a tool result's details are for the UI, not the model
 				want = append(want, w)
 			}
 			if len(tr.Messages) != len(want) {

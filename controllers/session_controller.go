@@ -379,7 +379,7 @@ func (r *SessionReconciler) patchStatus(ctx context.Context, s *sessionScope, re
 }
 
 func adapterOf(a turnlogv1.Adapter) turnlog.Adapter {
-	return turnlog.Adapter{Kind: a.Kind, API: a.API, Provider: a.Provider, Model: a.Model}
+	return turnlog.Adapter{Kind: a.Kind, API: a.API, Provider: a.Provider, Model: a.Model, ReleaseLine: a.ReleaseLine}
 }
 
 // Permissions on Sessions.

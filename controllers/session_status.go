@@ -54,7 +54,7 @@ func (r *SessionReconciler) applyReplay(s *sessionScope) {
 	c := rep.Replay
 	summary := &turnlogv1.ReplaySummary{
 		ThroughSeq: rep.ThroughSeq,
-		Adapter:    turnlogv1.Adapter{Kind: c.Target.Kind, API: c.Target.API, Provider: c.Target.Provider, Model: c.Target.Model},
+		Adapter:    turnlogv1.Adapter{Kind: c.Target.Kind, API: c.Target.API, Provider: c.Target.Provider, Model: c.Target.Model, ReleaseLine: c.Target.ReleaseLine},
 		Native:     c.Native, Foreign: c.Foreign, Degraded: c.Degraded,
 		OrphanToolResults: c.OrphanToolResults,
 		DegradedSeqs: turnlogv1.DegradedSeqs{

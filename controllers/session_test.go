@@ -55,7 +55,7 @@ var _ = Describe("Session controller", Ordered, func() {
 		// Turn 2 was aborted: its frozen partial text is no assistant message.
 		Expect(s.Status.Replay).To(Equal(&turnlogv1.ReplaySummary{
 			ThroughSeq: 15, Native: 1,
-			Adapter: turnlogv1.Adapter{Kind: "pi-ai", API: "anthropic-messages", Provider: "anthropic", Model: "claude-sonnet-4-5"},
+			Adapter: turnlogv1.Adapter{Kind: "pi-ai", API: "anthropic-messages", Provider: "anthropic", Model: "claude-sonnet-4-5", ReleaseLine: "1"},
 		}))
 		Expect(cond(s.Status.Conditions, turnlogv1.ConditionReady)).To(Equal("True/Current"))
 		Expect(cond(s.Status.Conditions, turnlogv1.ConditionAssembled)).To(Equal("True/Assembled"))
@@ -77,6 +77,35 @@ var _ = Describe("Session controller", Ordered, func() {
 			g.Expect(cond(s.Status.Conditions, turnlogv1.ConditionReady)).To(Equal("True/Current"))
 		}).Should(Succeed())
 		Expect(exportLog(sio, ns, "haiku")).To(Equal(string(log)))
+	})
+
+	It("replays by the release line the Session names: pi-ai 1.x unless it names 0.73", func() {
+		gpt5 := turnlogv1.Adapter{API: "openai-responses", Provider: "openai", Model: "gpt-5"}
+		line073 := gpt5
+		line073.ReleaseLine = "0.73"
+		for name, adapter := range map[string]turnlogv1.Adapter{"switch-default": gpt5, "switch-073": line073} {
+			Expect(k8sClient.Create(ctx, &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+				Spec: turnlogv1.SessionSpec{Adapter: adapter}})).To(Succeed())
+			_, _, err := sio.Import(ctx, ns, name, bytes.NewReader(readLog("model-switch.jsonl")))
+			Expect(err).NotTo(HaveOccurred())
+		}
+		claude := func(name string) string {
+			s := waitReady(ns, name)
+			Expect(s.Status.Replay.Foreign).To(Equal(int64(1)))
+			tr, _, err := sio.Transcript(ctx, ns, name, func(a turnlog.Adapter) turnlog.Adapter { return a })
+			Expect(err).NotTo(HaveOccurred())
+			Expect(tr.Messages[1].Seq).To(Equal(int64(7)))
+			return string(tr.Messages[1].Message)
+		}
+		// Claude's reasoning: dropped for a pi 1.x host, text for a 0.73 one.
+		Expect(claude("switch-default")).To(ContainSubstring(`"content":[{"type":"text","text":"The rise starts with Tuesday's deploy, which halved the cache."}]`))
+		Expect(waitReady(ns, "switch-default").Status.Replay.Adapter.ReleaseLine).To(Equal("1"))
+		Expect(claude("switch-073")).To(ContainSubstring(`"content":[{"type":"text","text":"Tuesday matches the cache size change."},{"type":"text","text":"The rise starts`))
+		Expect(waitReady(ns, "switch-073").Status.Replay.Adapter.ReleaseLine).To(Equal("0.73"))
+
+		bad := &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "switch-bad"},
+			Spec: turnlogv1.SessionSpec{Adapter: turnlogv1.Adapter{ReleaseLine: "0.8"}}}
+		Expect(k8sClient.Create(ctx, bad)).To(MatchError(ContainSubstring(`spec.adapter.releaseLine: Unsupported value: "0.8": supported values: "1", "0.73"`)))
 	})
 
 	It("refuses an append that does not continue the log, and writes nothing", func() {

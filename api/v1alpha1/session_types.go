@@ -24,6 +24,14 @@ type Adapter struct {
 	// +kubebuilder:validation:MaxLength=256
 	// +optional
 	Model string `json:"model,omitempty"`
+	// ReleaseLine is the pi-ai release line whose replay rules the
+	// transcript follows: "1" (pi-ai 1.x: another model's thinking is
+	// dropped, system messages are kept) or "0.73" (pi-ai 0.73: another
+	// model's thinking becomes text, no system messages). Empty means the
+	// log's session/start adapter's line, else "1".
+	// +kubebuilder:validation:Enum="1";"0.73"
+	// +optional
+	ReleaseLine string `json:"releaseLine,omitempty"`
 }
 
 // DefaultStore is the store of a Session that names none.

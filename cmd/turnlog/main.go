@@ -18,6 +18,8 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+
+	"github.com/turnlog/turnlog/internal/turnlog"
 )
 
 // runFunc runs one command. It returns the process exit code: 0 success,
@@ -267,4 +269,20 @@ func (c *ctxReader) Read(p []byte) (int, error) {
 		return n, c.err
 	}
 	return n, nil
+}
+
+// addTargetFlags adds the flags that name a replay target; fields left
+// unset default to what defaults names.
+func addTargetFlags(fs *flag.FlagSet, target *turnlog.Adapter, defaults string) {
+	fs.StringVar(&target.Kind, "kind", "", "target adapter kind (default: "+defaults+")")
+	fs.StringVar(&target.API, "api", "", "target api (default: "+defaults+")")
+	fs.StringVar(&target.Provider, "provider", "", "target provider (default: "+defaults+")")
+	fs.StringVar(&target.Model, "model", "", "target model (default: "+defaults+")")
+	fs.Func("release-line", `pi-ai release line whose replay rules to follow: "1" or "0.73" (default: `+defaults+`, else "1")`, func(s string) error {
+		if err := turnlog.CheckReleaseLine(s); err != nil {
+			return err
+		}
+		target.ReleaseLine = s
+		return nil
+	})
 }

@@ -75,10 +75,7 @@ func runReplay(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	fs := newFlagSet("replay", "FILE|-", stderr)
 	through := fs.Int64("through", -1, "last seq to replay; negative for the whole log")
 	var target turnlog.Adapter
-	fs.StringVar(&target.Kind, "kind", "", "target adapter kind (default: the session/start adapter's)")
-	fs.StringVar(&target.API, "api", "", "target api (default: the session/start adapter's)")
-	fs.StringVar(&target.Provider, "provider", "", "target provider (default: the session/start adapter's)")
-	fs.StringVar(&target.Model, "model", "", "target model (default: the session/start adapter's)")
+	addTargetFlags(fs, &target, "the session/start adapter's")
 	name, code, ok := oneLogArg(fs, args)
 	if !ok {
 		return code

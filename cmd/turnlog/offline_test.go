@@ -184,8 +184,23 @@ func TestReplayFlags(t *testing.T) {
 	if path(t, v, "throughSeq") != 12.0 || summarize(t, v) != "2:user 10:assistant/foreign" {
 		t.Errorf("through 12 for another model: throughSeq %v transcript %s", path(t, v, "throughSeq"), summarize(t, v))
 	}
+	if got := compact(t, path(t, v, "messages", 1, "message", "content")); got != `[{"text":"I'll search the repository for TODO markers.","type":"text"}]` {
+		t.Errorf("foreign content %s, want pi-ai 1.x's: another model's thinking dropped", got)
+	}
+
+	// --release-line 0.73 follows pi-ai 0.73: the thinking becomes text.
+	out, _, code = cli(t, "", "replay", logs+"max-tokens-tool-call.jsonl", "--through", "12", "--model", "claude-haiku-4-5", "--release-line", "0.73")
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	v = decode(t, "replay", out)
 	if got := compact(t, path(t, v, "messages", 1, "message", "content")); got != `[{"text":"The user wants the TODOs. Grep is the quickest way.","type":"text"},{"text":"I'll search the repository for TODO markers.","type":"text"}]` {
-		t.Errorf("foreign content %s", got)
+		t.Errorf("foreign content on 0.73 %s", got)
+	}
+
+	_, errOut, code := cli(t, "", "replay", logs+"max-tokens-tool-call.jsonl", "--release-line", "0.8")
+	if code != 2 || !strings.Contains(errOut, `invalid value "0.8" for flag -release-line: release line "0.8" is not one turnlog replays by: want "1" or "0.73"`) {
+		t.Errorf("--release-line 0.8: exit %d, stderr %q", code, errOut)
 	}
 }
 

@@ -153,8 +153,9 @@ func TestToolCallWithoutResult(t *testing.T) {
 
 // A session that moved from Claude to GPT-5 in its second turn. Replayed for
 // the session's own model, the GPT-5 message is foreign; replayed for GPT-5,
-// the Claude message is, and loses its redacted thinking; replayed for
-// another adapter kind, every message's state is unusable.
+// the Claude message is, and loses its thinking (pi-ai 1.x; on 0.73 the
+// readable thinking becomes text); replayed for another adapter kind, every
+// message's state is unusable.
 func TestModelSwitch(t *testing.T) {
 	const name = "model-switch.jsonl"
 	user2 := transcriptEntry{2, "user", "", false, `{"role":"user","content":[{"type":"text","text":"Why is p99 latency up since Tuesday?"}],"timestamp":1795939201000}`}
@@ -162,13 +163,15 @@ func TestModelSwitch(t *testing.T) {
 	stateS1 := `{"kind":"pi-ai","version":2,"response":{"id":"msg_s1",` + sonnet + `},"blocks":[{"type":"thinking","signature":"ErUBsonnet1"},{"type":"thinking","signature":"EmwKredacted1"},{"type":"text","signature":null}]}`
 	stateG2 := `{"kind":"pi-ai","version":2,"response":{"id":"resp_g2",` + gpt5 + `},"blocks":[{"type":"thinking","signature":"{\"type\":\"reasoning\",\"id\":\"rs_g2\"}"},{"type":"text","signature":"msg_g2"}]}`
 	claudeForeign := `{"role":"assistant","content":[
-		{"type":"text","text":"Tuesday matches the cache size change."},
 		{"type":"text","text":"The rise starts with Tuesday's deploy, which halved the cache."}],
 		` + sonnet + `,"usage":{"input":1200,"output":88},"stopReason":"stop","timestamp":1795939204000}`
 	gptForeign := `{"role":"assistant","content":[
-		{"type":"text","text":"Summary: cause, impact, fix."},
 		{"type":"text","text":"Incident: p99 latency rose 40% after the cache was halved on Tuesday. Fix: restore the cache size."}],
 		` + gpt5 + `,"usage":{"input":1500,"output":61},"stopReason":"stop","timestamp":1795939382500}`
+	claudeForeign073 := `{"role":"assistant","content":[
+		{"type":"text","text":"Tuesday matches the cache size change."},
+		{"type":"text","text":"The rise starts with Tuesday's deploy, which halved the cache."}],
+		` + sonnet + `,"usage":{"input":1200,"output":88},"stopReason":"stop","timestamp":1795939204000}`
 
 	v := decode(t, "replay", runOK(t, "", "replay", logs+name))
 	assertTranscript(t, v, []transcriptEntry{
@@ -195,6 +198,8 @@ func TestModelSwitch(t *testing.T) {
 			` + gpt5 + `,"usage":{"input":1500,"output":61},"stopReason":"stop","timestamp":1795939382500,"replayState":` + stateG2 + `}`},
 	})
 	assertJSON(t, "diagnostics", path(t, v, "diagnostics"), `[]`)
+	v = decode(t, "replay", runOK(t, "", "replay", "--api", "openai-responses", "--provider", "openai", "--model", "gpt-5", "--release-line", "0.73", logs+name))
+	assertJSON(t, "the Claude message for GPT-5 on pi-ai 0.73", path(t, v, "messages", 1, "message"), claudeForeign073)
 
 	// Degraded messages are diagnostics, not a failure: exit 0.
 	v = decode(t, "replay", runOK(t, "", "replay", "--kind", "vercel-ai", logs+name))

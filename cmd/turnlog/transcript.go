@@ -21,10 +21,7 @@ func runTranscript(ctx context.Context, args []string, _ io.Reader, stdout, stde
 	fs := newFlagSet("transcript", "", stderr)
 	f := addClusterFlags(fs)
 	var flags turnlog.Adapter
-	fs.StringVar(&flags.Kind, "kind", "", "target adapter kind (default: the Session's spec.adapter)")
-	fs.StringVar(&flags.API, "api", "", "target api (default: the Session's spec.adapter)")
-	fs.StringVar(&flags.Provider, "provider", "", "target provider (default: the Session's spec.adapter)")
-	fs.StringVar(&flags.Model, "model", "", "target model (default: the Session's spec.adapter)")
+	addTargetFlags(fs, &flags, "the Session's spec.adapter")
 	sio, ns, code, ok := f.openSession(fs, args, stderr)
 	if !ok {
 		return code
@@ -33,7 +30,8 @@ func runTranscript(ctx context.Context, args []string, _ io.Reader, stdout, stde
 		for _, o := range []struct {
 			dst *string
 			v   string
-		}{{&spec.Kind, flags.Kind}, {&spec.API, flags.API}, {&spec.Provider, flags.Provider}, {&spec.Model, flags.Model}} {
+		}{{&spec.Kind, flags.Kind}, {&spec.API, flags.API}, {&spec.Provider, flags.Provider}, {&spec.Model, flags.Model},
+			{&spec.ReleaseLine, flags.ReleaseLine}} {
 			if o.v != "" {
 				*o.dst = o.v
 			}
@@ -41,8 +39,12 @@ func runTranscript(ctx context.Context, args []string, _ io.Reader, stdout, stde
 		return spec
 	})
 	if errors.Is(err, worker.ErrNotReplayed) {
-		err = fmt.Errorf("Session %s/%s has not been replayed for target %s/%s/%s/%s yet (%w); it is replayed for its spec.adapter, once a turn has ended",
-			ns, *f.session, target.Kind, target.API, target.Provider, target.Model, err)
+		line := ""
+		if target.ReleaseLine != "" {
+			line = " on release line " + target.ReleaseLine
+		}
+		err = fmt.Errorf("Session %s/%s has not been replayed for target %s/%s/%s/%s%s yet (%w); it is replayed for its spec.adapter, once a turn has ended",
+			ns, *f.session, target.Kind, target.API, target.Provider, target.Model, line, err)
 	}
 	if err == nil {
 		err = writeJSON(stdout, tr)

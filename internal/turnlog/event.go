@@ -13,6 +13,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 )
 
@@ -30,13 +31,16 @@ const (
 	TypeAssistantMessage EventType = "assistant/message"
 	TypeToolResult       EventType = "tool/result"
 	TypeTurnEnd          EventType = "turn/end"
+	// TypeSystemMessage changes the system prompt and tools in force (pi-ai
+	// 1.x system messages); it may come inside a turn or between turns.
+	TypeSystemMessage EventType = "system/message"
 )
 
 // Known reports whether this version of turnlog understands the type.
 func (t EventType) Known() bool {
 	switch t {
 	case TypeSessionStart, TypeTurnStart, TypeUserMessage, TypeResponseStart, TypeChunk,
-		TypeResponseFinish, TypeAssistantMessage, TypeToolResult, TypeTurnEnd:
+		TypeResponseFinish, TypeAssistantMessage, TypeToolResult, TypeTurnEnd, TypeSystemMessage:
 		return true
 	}
 	return false
@@ -45,13 +49,17 @@ func (t EventType) Known() bool {
 // StopReason is pi-ai's reason a response (or a turn) stopped.
 type StopReason string
 
-// pi-ai's stop reasons.
+// pi-ai's stop reasons. Pending and Deferred are pi-ai 1.x's: a response
+// still running, and one a provider delivers later (a batch); replay keeps
+// both, as pi-ai does.
 const (
-	StopReasonStop    StopReason = "stop"
-	StopReasonLength  StopReason = "length"
-	StopReasonToolUse StopReason = "toolUse"
-	StopReasonError   StopReason = "error"
-	StopReasonAborted StopReason = "aborted"
+	StopReasonStop     StopReason = "stop"
+	StopReasonLength   StopReason = "length"
+	StopReasonToolUse  StopReason = "toolUse"
+	StopReasonError    StopReason = "error"
+	StopReasonAborted  StopReason = "aborted"
+	StopReasonPending  StopReason = "pending"
+	StopReasonDeferred StopReason = "deferred"
 )
 
 // Interrupted reports whether the stream was cut rather than completed: such a
@@ -66,6 +74,46 @@ type Adapter struct {
 	API      string `json:"api,omitempty"`
 	Provider string `json:"provider,omitempty"`
 	Model    string `json:"model,omitempty"`
+	// ReleaseLine is the pi-ai release line whose rules replay follows for
+	// this target: ReleaseLine1 or ReleaseLine073; empty means
+	// DefaultReleaseLine. It says which pi reads the transcript, not which
+	// model wrote a message.
+	ReleaseLine string `json:"releaseLine,omitempty"`
+}
+
+// The pi-ai release lines replay follows. What differs between them is only
+// what the line's own transformMessages does (docs/log-format.md).
+const (
+	// ReleaseLine1 is pi-ai 1.x (the @earendil-works packages): another
+	// model's thinking is dropped, system messages pass through, null
+	// content reads as no blocks.
+	ReleaseLine1 = "1"
+	// ReleaseLine073 is pi-ai 0.73 (the @mariozechner packages): another
+	// model's thinking becomes text; there are no system messages.
+	ReleaseLine073 = "0.73"
+	// DefaultReleaseLine is the line of a target that names none.
+	DefaultReleaseLine = ReleaseLine1
+)
+
+// ReleaseLines lists the release lines this version replays by.
+var ReleaseLines = []string{ReleaseLine1, ReleaseLine073}
+
+// Line returns the target's release line, DefaultReleaseLine if it names
+// none.
+func (a Adapter) Line() string {
+	if a.ReleaseLine == "" {
+		return DefaultReleaseLine
+	}
+	return a.ReleaseLine
+}
+
+// CheckReleaseLine returns an error naming the lines there are when line is
+// neither empty nor one of them.
+func CheckReleaseLine(line string) error {
+	if line == "" || slices.Contains(ReleaseLines, line) {
+		return nil
+	}
+	return fmt.Errorf("release line %q is not one turnlog replays by: want %q or %q", line, ReleaseLine1, ReleaseLine073)
 }
 
 // SameModel is pi-ai's rule for replaying a message natively: same api,
@@ -100,9 +148,11 @@ type SessionStart struct {
 type TurnStart struct{}
 
 // UserMessageEvent is a user message. Content is pi-ai content (an array of
-// blocks, or a string) kept as written, because replay passes it on unchanged.
+// blocks, a string, or null) kept as written, because replay passes it on.
+// It is required: a nil Content is left out of the event and refused, an
+// explicit JSON null is kept.
 type UserMessageEvent struct {
-	Content json.RawMessage `json:"content"`
+	Content json.RawMessage `json:"content,omitempty"`
 }
 
 // ResponseStart begins one model call of a turn.
@@ -138,11 +188,29 @@ type AssistantMessageEvent struct {
 }
 
 // ToolResultEvent is the result of a tool call. Content is kept as written.
+// Details, Usage, NestedCalls and DurationMs are pi-ai's record of the tool
+// run: not sent to a model, but part of the message a host resumes with, so
+// replay passes them on.
 type ToolResultEvent struct {
-	ToolCallID string          `json:"toolCallId"`
-	ToolName   string          `json:"toolName"`
-	Content    json.RawMessage `json:"content"`
-	IsError    bool            `json:"isError"`
+	ToolCallID  string          `json:"toolCallId"`
+	ToolName    string          `json:"toolName"`
+	Content     json.RawMessage `json:"content,omitempty"` // required, as a user message's
+	IsError     bool            `json:"isError"`
+	Details     json.RawMessage `json:"details,omitempty"`
+	Usage       json.RawMessage `json:"usage,omitempty"`
+	NestedCalls json.RawMessage `json:"nestedCalls,omitempty"`
+	DurationMs  json.RawMessage `json:"durationMs,omitempty"`
+}
+
+// SystemMessageEvent changes the system prompt and tools in force, as a
+// pi-ai 1.x system message does: Content adds instructions, Sections
+// replace named prompt sections (null removes one), ToolsAdded and
+// ToolsRemoved change the tool set. Every member is kept as written.
+type SystemMessageEvent struct {
+	Content      json.RawMessage `json:"content,omitempty"` // required, as a user message's
+	Sections     json.RawMessage `json:"sections,omitempty"`
+	ToolsAdded   json.RawMessage `json:"toolsAdded,omitempty"`
+	ToolsRemoved json.RawMessage `json:"toolsRemoved,omitempty"`
 }
 
 // TurnEnd closes a turn; every turn ends with one, aborted turns included.
@@ -160,6 +228,7 @@ func (ResponseFinish) EventType() EventType        { return TypeResponseFinish }
 func (AssistantMessageEvent) EventType() EventType { return TypeAssistantMessage }
 func (ToolResultEvent) EventType() EventType       { return TypeToolResult }
 func (TurnEnd) EventType() EventType               { return TypeTurnEnd }
+func (SystemMessageEvent) EventType() EventType    { return TypeSystemMessage }
 
 // Event is one line of the log. Raw holds the exact bytes the event was
 // decoded from (or encoded to), and is what a Writer writes: re-encoding never
@@ -193,6 +262,13 @@ type eventBody struct {
 	ToolName    string            `json:"toolName"`
 	IsError     bool              `json:"isError"`
 	Reason      StopReason        `json:"reason"`
+
+	Details      json.RawMessage `json:"details"`
+	NestedCalls  json.RawMessage `json:"nestedCalls"`
+	DurationMs   json.RawMessage `json:"durationMs"`
+	Sections     json.RawMessage `json:"sections"`
+	ToolsAdded   json.RawMessage `json:"toolsAdded"`
+	ToolsRemoved json.RawMessage `json:"toolsRemoved"`
 }
 
 // SessionStart returns the payload of a session/start event.
@@ -254,10 +330,27 @@ func (e *Event) ToolResult() (ToolResultEvent, bool) {
 		return ToolResultEvent{}, false
 	}
 	return ToolResultEvent{
-		ToolCallID: e.body.ToolCallID,
-		ToolName:   e.body.ToolName,
-		Content:    e.body.Content,
-		IsError:    e.body.IsError,
+		ToolCallID:  e.body.ToolCallID,
+		ToolName:    e.body.ToolName,
+		Content:     e.body.Content,
+		IsError:     e.body.IsError,
+		Details:     e.body.Details,
+		Usage:       e.body.Usage,
+		NestedCalls: e.body.NestedCalls,
+		DurationMs:  e.body.DurationMs,
+	}, true
+}
+
+// SystemMessage returns the payload of a system/message event.
+func (e *Event) SystemMessage() (SystemMessageEvent, bool) {
+	if e.Type != TypeSystemMessage {
+		return SystemMessageEvent{}, false
+	}
+	return SystemMessageEvent{
+		Content:      e.body.Content,
+		Sections:     e.body.Sections,
+		ToolsAdded:   e.body.ToolsAdded,
+		ToolsRemoved: e.body.ToolsRemoved,
 	}, true
 }
 
@@ -298,6 +391,9 @@ func (e *Event) Payload() Payload {
 	case TypeTurnEnd:
 		p, _ := e.TurnEnd()
 		return p
+	case TypeSystemMessage:
+		p, _ := e.SystemMessage()
+		return p
 	}
 	return nil
 }
@@ -306,10 +402,14 @@ func (e *Event) Payload() Payload {
 // so the result passes the same checks as an event read from a log. turn is 0
 // for events outside turns; time is RFC 3339 or empty.
 func NewEvent(seq, turn int64, time string, p Payload) (Event, error) {
-	body, err := json.Marshal(p)
-	if err != nil {
+	// Without HTML escaping: a system prompt's <tags> stay as the host wrote them.
+	var encoded bytes.Buffer
+	enc := json.NewEncoder(&encoded)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(p); err != nil {
 		return Event{}, fmt.Errorf("turnlog: encode %s payload: %w", p.EventType(), err)
 	}
+	body := bytes.TrimSpace(encoded.Bytes())
 	o := objectWriter{buf: make([]byte, 0, len(body)+64)}
 	o.open()
 	o.key("seq")

@@ -48,6 +48,13 @@ func (o *objectWriter) raw(k string, v []byte) {
 	}
 }
 
+// optRaw writes a member whose value is JSON text, if there is one.
+func (o *objectWriter) optRaw(k string, v []byte) {
+	if len(v) > 0 {
+		o.raw(k, v)
+	}
+}
+
 func (o *objectWriter) string(k, v string) {
 	o.key(k)
 	o.buf = appendJSONString(o.buf, v)

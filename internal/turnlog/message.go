@@ -184,7 +184,10 @@ func (m *AssistantMessage) UnmarshalJSON(data []byte) error {
 				err = fieldErrorf(key, "want \"assistant\", got %q", role)
 			}
 		case "content":
-			err = decodeBlocks(raw, &m.Content)
+			// pi-ai 1.x reads a null content as no blocks (0.73 throws).
+			if !bytes.Equal(raw, []byte("null")) {
+				err = decodeBlocks(raw, &m.Content)
+			}
 		case "api":
 			err = decodeString(raw, key, &m.API)
 		case "provider":
@@ -277,25 +280,61 @@ func (m UserMessage) MarshalJSON() ([]byte, error) {
 	return o.buf, o.err
 }
 
-// ToolResultMessage is pi-ai's ToolResultMessage. Content is kept as written.
+// ToolResultMessage is pi-ai's ToolResultMessage. Content and the tool
+// run's record (Details, Usage, NestedCalls, DurationMs) are kept as
+// written.
 type ToolResultMessage struct {
-	ToolCallID string
-	ToolName   string
-	Content    json.RawMessage
-	IsError    bool
+	ToolCallID  string
+	ToolName    string
+	Content     json.RawMessage
+	Details     json.RawMessage
+	Usage       json.RawMessage
+	NestedCalls json.RawMessage
+	IsError     bool
 	// Timestamp is Unix milliseconds; 0 when unknown.
-	Timestamp int64
+	Timestamp  int64
+	DurationMs json.RawMessage
 }
 
 // MarshalJSON encodes the message in pi-ai's member order.
 func (m ToolResultMessage) MarshalJSON() ([]byte, error) {
-	o := objectWriter{buf: make([]byte, 0, 128+len(m.ToolCallID)+len(m.ToolName)+len(m.Content))}
+	o := objectWriter{buf: make([]byte, 0, 128+len(m.ToolCallID)+len(m.ToolName)+len(m.Content)+len(m.Details)+len(m.Usage)+len(m.NestedCalls))}
 	o.open()
 	o.string("role", "toolResult")
 	o.string("toolCallId", m.ToolCallID)
 	o.string("toolName", m.ToolName)
 	o.raw("content", m.Content)
+	o.optRaw("details", m.Details)
+	o.optRaw("usage", m.Usage)
+	o.optRaw("nestedCalls", m.NestedCalls)
 	o.bool("isError", m.IsError)
+	o.optInt("timestamp", m.Timestamp)
+	o.optRaw("durationMs", m.DurationMs)
+	o.close()
+	return o.buf, o.err
+}
+
+// SystemMessage is pi-ai 1.x's SystemMessage: instructions and tool
+// declarations from one point of the transcript on. Every member is kept
+// as written.
+type SystemMessage struct {
+	Content      json.RawMessage
+	Sections     json.RawMessage
+	ToolsAdded   json.RawMessage
+	ToolsRemoved json.RawMessage
+	// Timestamp is Unix milliseconds; 0 when unknown.
+	Timestamp int64
+}
+
+// MarshalJSON encodes the message in pi-ai's member order.
+func (m SystemMessage) MarshalJSON() ([]byte, error) {
+	o := objectWriter{buf: make([]byte, 0, 64+len(m.Content)+len(m.Sections)+len(m.ToolsAdded)+len(m.ToolsRemoved))}
+	o.open()
+	o.string("role", "system")
+	o.raw("content", m.Content)
+	o.optRaw("sections", m.Sections)
+	o.optRaw("toolsAdded", m.ToolsAdded)
+	o.optRaw("toolsRemoved", m.ToolsRemoved)
 	o.optInt("timestamp", m.Timestamp)
 	o.close()
 	return o.buf, o.err

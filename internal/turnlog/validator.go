@@ -3,9 +3,10 @@ package turnlog
 // Validator applies the log's structural rules to events in log order:
 //
 //   - seq is dense: each event's seq is the previous one's plus one;
-//   - every event but session/start and unknown types belongs to a turn
-//     opened by turn/start and closed by turn/end, and carries that turn's
-//     number (≥ 1, increasing from turn to turn);
+//   - every event but session/start, system/message and unknown types
+//     belongs to a turn opened by turn/start and closed by turn/end, and
+//     carries that turn's number (≥ 1, increasing from turn to turn); a
+//     system/message may also come between turns, with no turn number;
 //   - session/start, if present, is the first event.
 //
 // It keeps a few integers of state, so checking a log costs constant memory.
@@ -100,6 +101,13 @@ func (v *Validator) applyTurn(e *Event, first bool) error {
 		}
 	default:
 		if !e.Type.Known() {
+			return nil
+		}
+		if e.Type == TypeSystemMessage && v.openTurn == 0 {
+			// The system prompt and tools may change between turns too.
+			if e.Turn != 0 {
+				return fail("system/message between turns has turn %d; between turns it carries none", e.Turn)
+			}
 			return nil
 		}
 		switch {

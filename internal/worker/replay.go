@@ -17,9 +17,13 @@ import (
 // own, so a Session whose spec.adapter changes starts a new transcript and
 // never mixes messages replayed for two targets. ("transcript/", not the
 // "replay/" of releases whose parts were single JSON objects: those are not
-// read, and the workers replay such a Session again into the new form.)
+// read, and the workers replay such a Session again into the new form.) The
+// release line is part of the target: transcripts stored before targets had
+// one followed 0.73's rules, so every target hashes its line, an empty one
+// included, and such a Session is replayed again under its line's rules.
 func replayDir(target turnlog.Adapter) string {
-	sum := sha256.Sum256([]byte(target.Kind + "\x00" + target.API + "\x00" + target.Provider + "\x00" + target.Model))
+	sum := sha256.Sum256([]byte(target.Kind + "\x00" + target.API + "\x00" + target.Provider + "\x00" + target.Model +
+		"\x00line=" + target.ReleaseLine))
 	return "transcript/" + hex.EncodeToString(sum[:8])
 }
 
@@ -47,7 +51,7 @@ type replayState struct {
 	Next int64 `json:"next"`
 	// Open are the tool calls of the transcript's last assistant message
 	// that the next turn may still answer. The transcript is the segments'
-	// messages followed by Open.Unanswered().
+	// messages followed by Open.Tail().
 	Open replay.OpenCalls `json:"open,omitzero"`
 	// Parts are the stored parts of the transcript, in order.
 	Parts []partRef `json:"parts,omitempty"`
@@ -276,11 +280,16 @@ func defaultAdapter(target, session turnlog.Adapter) turnlog.Adapter {
 	}{
 		{&target.Kind, session.Kind}, {&target.API, session.API},
 		{&target.Provider, session.Provider}, {&target.Model, session.Model},
+		{&target.ReleaseLine, session.ReleaseLine},
 	} {
 		if *f.dst == "" {
 			*f.dst = f.src
 		}
 	}
+	if turnlog.CheckReleaseLine(target.ReleaseLine) != nil {
+		target.ReleaseLine = "" // a session/start naming no line this version knows
+	}
+	target.ReleaseLine = target.Line()
 	return target
 }
 

@@ -19,7 +19,8 @@ import (
 )
 
 // For random logs — toolUse turns answered by the next turn, aborted and
-// errored turns, orphan results, model switches, forks — the transcript the
+// errored turns, orphan results, model switches, system messages held back
+// behind open calls (across runs too), forks, both release lines — the transcript the
 // worker's replay runs store, over every split of the log into runs, is the
 // transcript of a replay of the whole log, byte for byte, and so are its
 // counts. Every run is checked, not only the last: after each one the stored
@@ -33,7 +34,7 @@ func TestReplayRunsEqualAWholeReplayOverEverySplit(t *testing.T) {
 		}
 	}
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	targets := []turnlog.Adapter{{}, {API: "openai-responses", Provider: "openai", Model: "gpt-5"}}
+	targets := []turnlog.Adapter{{}, {API: "openai-responses", Provider: "openai", Model: "gpt-5"}, {ReleaseLine: turnlog.ReleaseLine073}}
 	var logs, forks, splits, runs int
 	for i := range 60 {
 		g := &splitGen{r: r}
@@ -212,6 +213,10 @@ func (g *splitGen) results(turn int, ids []string) {
 func (g *splitGen) turn() {
 	g.turns++
 	n := g.turns
+	if g.r.Float64() < 0.3 {
+		// Between turns; held back when the last turn left calls open.
+		g.add(`"type":"system/message","content":"mode %d","sections":{"<env>":"<env>%d</env>"}`, n, n)
+	}
 	g.add(`"type":"turn/start","turn":%d`, n)
 	open := g.open
 	g.open = nil
@@ -303,6 +308,9 @@ func (g *splitGen) turn() {
 		}
 		if stop != "toolUse" {
 			break
+		}
+		if g.r.Float64() < 0.2 {
+			g.add(`"type":"system/message","turn":%d,"content":[{"type":"text","text":"tools changed"}],"toolsRemoved":[{"name":"grep"}]`, n)
 		}
 		if response == steps-1 && g.r.Float64() < 0.6 {
 			g.open = ids // answered by the next turn

@@ -110,7 +110,7 @@ func loadTranscript(ctx context.Context, log Log, target turnlog.Adapter) (Trans
 	}
 	// The last turn's open tool calls may still be answered by the next
 	// turn; until then the transcript ends with their synthetic results.
-	unanswered := state.Open.Unanswered()
+	unanswered := state.Open.Tail()
 	out.Messages = make([]replay.Message, 0, messages+len(unanswered))
 	out.Diagnostics = make([]replay.Diagnostic, 0, diagnostics)
 	for _, p := range parts {

@@ -188,8 +188,9 @@ func TestReplayInRunsMatchesAWholeReplay(t *testing.T) {
 	if got, want := last.Replay.Native, int64(whole.Counts.Native); got != want || got == 0 {
 		t.Fatalf("native: got %d, want %d", got, want)
 	}
-	if last.Replay.Target != turnlogtest.Adapter {
-		t.Fatalf("target: got %+v, want the session/start adapter %+v", last.Replay.Target, turnlogtest.Adapter)
+	if want := (turnlog.Adapter{Kind: turnlogtest.Adapter.Kind, API: turnlogtest.Adapter.API, Provider: turnlogtest.Adapter.Provider,
+		Model: turnlogtest.Adapter.Model, ReleaseLine: turnlog.DefaultReleaseLine}); last.Replay.Target != want {
+		t.Fatalf("target: got %+v, want the session/start adapter on the default release line %+v", last.Replay.Target, want)
 	}
 
 	messages := storedTranscript(t, log, turnlog.Adapter{})
