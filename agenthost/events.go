@@ -218,3 +218,90 @@ func TurnEnd(turn int64, reason StopReason) Event {
 		Reason StopReason `json:"reason"`
 	}{at(turnlog.TypeTurnEnd, turn), reason})
 }
+
+// SystemMessage is a change of the system prompt and tools, as a pi-ai 1.x
+// system message: Content (a string or text blocks) adds instructions,
+// Sections replace named prompt sections (a nil value removes one),
+// ToolsAdded are complete tool definitions, ToolsRemoved name tools.
+type SystemMessage struct {
+	Content      any                `json:"content"`
+	Sections     map[string]*string `json:"sections,omitempty"`
+	ToolsAdded   []any              `json:"toolsAdded,omitempty"`
+	ToolsRemoved []ToolRef          `json:"toolsRemoved,omitempty"`
+}
+
+// ToolRef names a tool.
+type ToolRef struct {
+	Name string `json:"name"`
+}
+
+func (m SystemMessage) orEmpty() SystemMessage {
+	if m.Content == nil {
+		m.Content = ""
+	}
+	return m
+}
+
+// SystemMessageEvent records a change of the system prompt and tools in
+// turn turn, or between turns with turn 0.
+func SystemMessageEvent(turn int64, m SystemMessage) Event {
+	return build(turnlog.TypeSystemMessage, struct {
+		head
+		SystemMessage
+	}{at(turnlog.TypeSystemMessage, turn), m.orEmpty()})
+}
+
+// Compaction replaces the history before firstKeptSeq with summary (user
+// content, as the host sends it); system, if not nil, is the whole system
+// prompt and tool state at the compaction, which replaces the system
+// messages before it. firstKeptSeq is the seq of an earlier event that
+// carries a message, or the compaction's own seq to keep nothing. turn is
+// 0 between turns.
+func Compaction(turn int64, summary []Block, firstKeptSeq, tokensBefore int64, system *SystemMessage) Event {
+	if system != nil {
+		s := system.orEmpty()
+		system = &s
+	}
+	return build(turnlog.TypeCompaction, struct {
+		head
+		Content       []Block        `json:"content"`
+		FirstKeptSeq  int64          `json:"firstKeptSeq"`
+		TokensBefore  int64          `json:"tokensBefore"`
+		SystemMessage *SystemMessage `json:"systemMessage,omitempty"`
+	}{at(turnlog.TypeCompaction, turn), orNoBlocks(summary), firstKeptSeq, tokensBefore, system})
+}
+
+// ContextEdit replaces the content of the message of the event at
+// targetSeq with replacement for the requests that follow, or, with a nil
+// replacement, leaves the message out of them.
+func ContextEdit(turn, targetSeq int64, replacement []Block) Event {
+	var r any // JSON null: the message is left out
+	if replacement != nil {
+		r = struct {
+			Content []Block `json:"content"`
+		}{replacement}
+	}
+	return build(turnlog.TypeContextEdit, struct {
+		head
+		TargetSeq   int64 `json:"targetSeq"`
+		Replacement any   `json:"replacement"`
+	}{at(turnlog.TypeContextEdit, turn), targetSeq, r})
+}
+
+// ContextMessage is user-role context the host inserted — the output of a
+// shell command it ran, an extension's message, a branch summary — with
+// origin saying which (e.g. "bash", "extension:todo", "branchSummary").
+func ContextMessage(turn int64, origin string, content ...Block) Event {
+	return build(turnlog.TypeContextMessage, struct {
+		head
+		Origin  string  `json:"origin"`
+		Content []Block `json:"content"`
+	}{at(turnlog.TypeContextMessage, turn), origin, orNoBlocks(content)})
+}
+
+func orNoBlocks(b []Block) []Block {
+	if b == nil {
+		return []Block{}
+	}
+	return b
+}

@@ -96,17 +96,50 @@ type piEntry struct {
 }
 
 type piMessage struct {
-	Role       string          `json:"role"`
-	Content    json.RawMessage `json:"content"`
-	ToolCallID string          `json:"toolCallId"`
-	ToolName   string          `json:"toolName"`
-	IsError    bool            `json:"isError"`
-	Details    json.RawMessage `json:"details"`
-	API        string          `json:"api"`
-	Provider   string          `json:"provider"`
-	Model      string          `json:"model"`
-	StopReason string          `json:"stopReason"`
-	Timestamp  json.RawMessage `json:"timestamp"`
+	Role        string          `json:"role"`
+	Content     json.RawMessage `json:"content"`
+	ToolCallID  string          `json:"toolCallId"`
+	ToolName    string          `json:"toolName"`
+	IsError     bool            `json:"isError"`
+	Details     json.RawMessage `json:"details"`
+	Usage       json.RawMessage `json:"usage"`
+	NestedCalls json.RawMessage `json:"nestedCalls"`
+	DurationMs  json.RawMessage `json:"durationMs"`
+	API         string          `json:"api"`
+	Provider    string          `json:"provider"`
+	Model       string          `json:"model"`
+	StopReason  string          `json:"stopReason"`
+	Timestamp   json.RawMessage `json:"timestamp"`
+
+	// system messages
+	Sections     json.RawMessage `json:"sections"`
+	ToolsAdded   json.RawMessage `json:"toolsAdded"`
+	ToolsRemoved json.RawMessage `json:"toolsRemoved"`
+
+	// custom (extension) and bashExecution messages
+	CustomType         string          `json:"customType"`
+	Command            string          `json:"command"`
+	Output             string          `json:"output"`
+	ExitCode           json.RawMessage `json:"exitCode"`
+	Cancelled          bool            `json:"cancelled"`
+	Truncated          bool            `json:"truncated"`
+	FullOutputPath     string          `json:"fullOutputPath"`
+	ExcludeFromContext bool            `json:"excludeFromContext"`
+}
+
+// piContextEntry holds the members of the entries that change the context:
+// compaction, branch_summary, custom_message, context_edit, model_change.
+type piContextEntry struct {
+	Summary          string          `json:"summary"`
+	FirstKeptEntryID string          `json:"firstKeptEntryId"`
+	TokensBefore     *int64          `json:"tokensBefore"`
+	SystemMessage    json.RawMessage `json:"systemMessage"`
+	CustomType       string          `json:"customType"`
+	Content          json.RawMessage `json:"content"`
+	TargetID         string          `json:"targetId"`
+	Replacement      json.RawMessage `json:"replacement"`
+	Provider         string          `json:"provider"`
+	ModelID          string          `json:"modelId"`
 }
 
 // messageTime is the message's own timestamp (Unix milliseconds, as pi-ai
@@ -290,13 +323,36 @@ func piPath(entries []*piEntry, name, leaf string) ([]*piEntry, error) {
 	return path, nil
 }
 
+// The texts pi-coding-agent 1.x wraps summaries in when it sends them
+// (dist/core/messages.js).
+const (
+	piCompactionPrefix    = "The conversation history before this point was compacted into the following summary:\n\n<summary>\n"
+	piCompactionSuffix    = "\n</summary>"
+	piBranchSummaryPrefix = "The following is a summary of a branch that this conversation came back from:\n\n<summary>\n"
+	piBranchSummarySuffix = "</summary>"
+)
+
+// What an entry became in the log, for the compactions and context edits
+// that name it.
+type piMapped struct {
+	seq int64
+	// kind: "message" (user, assistant, tool result, extension message:
+	// an edit may replace its content), "fixed" (a system message, shell
+	// output, a branch summary, a compaction: an edit may only remove it),
+	// or "" (no message).
+	kind string
+}
+
 // convert builds the events of path.
 func (s *PiSession) convert(header piHeader, path []*piEntry, name string) error {
-	adapter := Adapter{Kind: turnlog.EnvelopeKindPiAI}
 	msgs := make([]piMessage, len(path))
+	ctx := make([]piContextEntry, len(path))
 	var err error
 	for i, e := range path {
 		if e.Type != "message" {
+			if err := json.Unmarshal(e.raw, &ctx[i]); err != nil {
+				return lineErr(name, e.line, jsonField(err), "%v", err)
+			}
 			continue
 		}
 		if err := json.Unmarshal(e.Message, &msgs[i]); err != nil {
@@ -309,11 +365,8 @@ func (s *PiSession) convert(header piHeader, path []*piEntry, name string) error
 				return lineErr(name, e.line, "message", "%v", err)
 			}
 		}
-		if m := msgs[i]; m.Role == "assistant" && adapter.Model == "" {
-			adapter.API, adapter.Provider, adapter.Model = m.API, m.Provider, m.Model
-		}
 	}
-	s.add(0, map[string]any{"type": turnlog.TypeSessionStart, "adapter": adapter, "piSession": header.raw})
+	s.add(0, map[string]any{"type": turnlog.TypeSessionStart, "adapter": resumeAdapter(path, msgs, ctx), "piSession": header.raw})
 
 	turn, response := int64(0), 0
 	open, reason := false, StopReasonAborted
@@ -328,24 +381,39 @@ func (s *PiSession) convert(header piHeader, path []*piEntry, name string) error
 			open = false
 		}
 	}
+	mapped := map[string]piMapped{}
 	last := ""
 	for i, e := range path {
-		m := msgs[i]
+		m, c := msgs[i], ctx[i]
 		ref := map[string]any{"id": e.ID, "parentId": e.ParentID}
 		ev := map[string]any{"time": e.Timestamp, "piEntry": ref}
+		kind := "message"
+		contextMessage := func(origin string, content any, at string) {
+			ev["type"], ev["origin"], ev["content"], ev["time"] = turnlog.TypeContextMessage, origin, content, at
+		}
+		keep := func() { // an entry the log keeps and replay ignores
+			ev["type"], ev["entry"], kind = "pi/"+e.Type, e.raw, ""
+		}
 		switch {
 		case e.Type == "message" && m.Role == "user":
 			end(e.Timestamp)
 			start(e)
-			ev["type"], ev["content"], ev["time"] = turnlog.TypeUserMessage, m.Content, messageTime(m, e.Timestamp)
+			ev["type"], ev["content"], ev["time"] = turnlog.TypeUserMessage, orNull(m.Content), messageTime(m, e.Timestamp)
 		case e.Type == "message" && m.Role == "assistant":
 			if !open {
 				start(e)
 			}
-			if err := checkAssistant(e.Message); err != nil {
+			message := e.Message
+			if m.Content == nil {
+				// pi reads a message without content as one with none.
+				if message, err = withMember(message, "content", json.RawMessage("[]")); err != nil {
+					return lineErr(name, e.line, "message", "%v", err)
+				}
+			}
+			if err := checkAssistant(message); err != nil {
 				return lineErr(name, e.line, "message", "%v", err)
 			}
-			ev["type"], ev["response"], ev["message"] = turnlog.TypeAssistantMessage, response, e.Message
+			ev["type"], ev["response"], ev["message"] = turnlog.TypeAssistantMessage, response, message
 			response++
 			reason = StopReason(m.StopReason)
 			if !validStop(reason) {
@@ -358,20 +426,84 @@ func (s *PiSession) convert(header piHeader, path []*piEntry, name string) error
 			if m.ToolCallID == "" {
 				return lineErr(name, e.line, "message.toolCallId", "missing")
 			}
-			ev["type"], ev["toolCallId"], ev["toolName"], ev["content"], ev["isError"] = turnlog.TypeToolResult, m.ToolCallID, m.ToolName, m.Content, m.IsError
+			ev["type"], ev["toolCallId"], ev["toolName"], ev["content"], ev["isError"] = turnlog.TypeToolResult, m.ToolCallID, m.ToolName, orNull(m.Content), m.IsError
 			ev["time"] = messageTime(m, e.Timestamp)
-			if m.Details != nil {
-				ev["details"] = m.Details
+			for k, v := range map[string]json.RawMessage{"details": m.Details, "usage": m.Usage, "nestedCalls": m.NestedCalls, "durationMs": m.DurationMs} {
+				if v != nil && string(v) != "null" {
+					ev[k] = v
+				}
 			}
+		case e.Type == "message" && m.Role == "system":
+			content := m.Content
+			if content == nil || string(content) == "null" {
+				content = json.RawMessage(`""`) // as pi reads it
+			}
+			ev["type"], ev["content"], ev["time"] = turnlog.TypeSystemMessage, content, messageTime(m, e.Timestamp)
+			for k, v := range map[string]json.RawMessage{"sections": m.Sections, "toolsAdded": m.ToolsAdded, "toolsRemoved": m.ToolsRemoved} {
+				if v != nil && string(v) != "null" {
+					ev[k] = v
+				}
+			}
+			kind = "fixed"
+		case e.Type == "message" && m.Role == "custom":
+			contextMessage("extension:"+m.CustomType, textBlocks(m.Content), messageTime(m, e.Timestamp))
+		case e.Type == "message" && m.Role == "bashExecution" && !m.ExcludeFromContext:
+			contextMessage("bash", []map[string]string{{"type": "text", "text": bashExecutionText(m)}}, messageTime(m, e.Timestamp))
+			kind = "fixed"
+		case e.Type == "custom_message":
+			contextMessage("extension:"+c.CustomType, textBlocks(c.Content), e.Timestamp)
+		case e.Type == "branch_summary" && c.Summary != "":
+			contextMessage("branchSummary", []map[string]string{{"type": "text", "text": piBranchSummaryPrefix + c.Summary + piBranchSummarySuffix}}, e.Timestamp)
+			kind = "fixed"
+		case e.Type == "compaction":
+			self := int64(len(s.Events))
+			firstKept := self // an id not on the path keeps nothing, as in pi
+			for _, kept := range path[:i] {
+				if kept.ID == c.FirstKeptEntryID {
+					firstKept = s.firstMessageFrom(mapped[kept.ID].seq, self)
+				}
+			}
+			ev["type"], ev["content"], ev["firstKeptSeq"] = turnlog.TypeCompaction,
+				[]map[string]string{{"type": "text", "text": piCompactionPrefix + c.Summary + piCompactionSuffix}}, firstKept
+			if c.TokensBefore != nil {
+				ev["tokensBefore"] = *c.TokensBefore
+			}
+			if c.SystemMessage != nil && string(c.SystemMessage) != "null" {
+				ev["systemMessage"] = c.SystemMessage
+			}
+			kind = "fixed"
+		case e.Type == "context_edit":
+			target, ok := mapped[c.TargetID]
+			null := c.Replacement == nil || string(c.Replacement) == "null"
+			switch {
+			case !ok || target.kind == "" || (target.kind == "fixed" && !null):
+				// pi-coding-agent changes nothing for it either.
+				keep()
+			case null:
+				ev["type"], ev["targetSeq"], ev["replacement"] = turnlog.TypeContextEdit, target.seq, json.RawMessage("null")
+			default:
+				replacement := c.Replacement
+				if s.Events[target.seq].typ == string(turnlog.TypeContextMessage) {
+					// An extension message's string content is sent as a text block.
+					var r struct {
+						Content json.RawMessage `json:"content"`
+					}
+					_ = json.Unmarshal(replacement, &r)
+					replacement, _ = json.Marshal(map[string]any{"content": textBlocks(r.Content)})
+				}
+				ev["type"], ev["targetSeq"], ev["replacement"] = turnlog.TypeContextEdit, target.seq, replacement
+			}
+			kind = ""
 		default:
-			ev["type"], ev["entry"] = "pi/"+e.Type, e.raw
+			keep()
 		}
 		if open {
 			ev["turn"] = turn
 		}
-		if e.Timestamp == "" {
+		if t, _ := ev["time"].(string); t == "" {
 			delete(ev, "time")
 		}
+		mapped[e.ID] = piMapped{seq: int64(len(s.Events)), kind: kind}
 		s.add(e.line, ev)
 		if e.Timestamp != "" {
 			last = e.Timestamp
@@ -379,6 +511,112 @@ func (s *PiSession) convert(header piHeader, path []*piEntry, name string) error
 	}
 	end(last)
 	return s.check(name)
+}
+
+// firstMessageFrom returns the seq of the first event from seq on, before
+// limit, that carries a message; limit if none does. A pi compaction may
+// keep from any entry; what turnlog keeps from is a message.
+func (s *PiSession) firstMessageFrom(seq, limit int64) int64 {
+	for ; seq < limit; seq++ {
+		switch turnlog.EventType(s.Events[seq].typ) {
+		case turnlog.TypeUserMessage, turnlog.TypeAssistantMessage, turnlog.TypeToolResult,
+			turnlog.TypeSystemMessage, turnlog.TypeContextMessage, turnlog.TypeCompaction:
+			return seq
+		}
+	}
+	return limit
+}
+
+// resumeAdapter is the model pi-coding-agent resumes the path with: the
+// last model change or assistant message on it. A model change names no
+// api: it is the api of a message from that provider and model, if the
+// file has one.
+func resumeAdapter(path []*piEntry, msgs []piMessage, ctx []piContextEntry) Adapter {
+	a := Adapter{Kind: turnlog.EnvelopeKindPiAI}
+	for i, e := range path {
+		switch {
+		case e.Type == "model_change":
+			a.API, a.Provider, a.Model = "", ctx[i].Provider, ctx[i].ModelID
+		case e.Type == "message" && msgs[i].Role == "assistant":
+			a.API, a.Provider, a.Model = msgs[i].API, msgs[i].Provider, msgs[i].Model
+		}
+	}
+	if a.API == "" {
+		for i := range path {
+			if m := msgs[i]; m.Role == "assistant" && m.Provider == a.Provider && m.Model == a.Model && m.API != "" {
+				a.API = m.API
+			}
+		}
+	}
+	if a.API == "" {
+		a.API = piProviderAPI[a.Provider]
+	}
+	return a
+}
+
+// piProviderAPI is the api of the providers whose models all speak one in
+// pi-ai 1.6.0's catalog; a model change to another provider's model that
+// no message on the path came from leaves the Session's api empty.
+var piProviderAPI = map[string]string{
+	"amazon-bedrock": "bedrock-converse-stream", "anthropic": "anthropic-messages", "cerebras": "openai-completions",
+	"deepseek": "openai-completions", "google": "google-generative-ai", "google-vertex": "google-vertex",
+	"groq": "openai-completions", "huggingface": "openai-completions", "minimax": "anthropic-messages",
+	"mistral": "mistral-conversations", "moonshotai": "openai-completions", "nvidia": "openai-completions",
+	"openai": "openai-responses", "openai-codex": "openai-codex-responses", "together": "openai-completions",
+	"xai": "openai-responses", "zai": "openai-completions",
+}
+
+// textBlocks is content as pi sends an extension message's: a string
+// becomes one text block, null no blocks.
+func textBlocks(content json.RawMessage) any {
+	switch {
+	case content == nil || string(content) == "null":
+		return []any{}
+	case content[0] == '"':
+		var text string
+		_ = json.Unmarshal(content, &text)
+		return []map[string]string{{"type": "text", "text": text}}
+	}
+	return content
+}
+
+func orNull(content json.RawMessage) json.RawMessage {
+	if content == nil {
+		return json.RawMessage("null")
+	}
+	return content
+}
+
+// bashExecutionText is pi-coding-agent's bashExecutionToText: a shell
+// command run with !cmd, as the model is told of it.
+func bashExecutionText(m piMessage) string {
+	text := "Ran `" + m.Command + "`\n"
+	if m.Output != "" {
+		text += "```\n" + m.Output + "\n```"
+	} else {
+		text += "(no output)"
+	}
+	exit := string(m.ExitCode)
+	switch {
+	case m.Cancelled:
+		text += "\n\n(command cancelled)"
+	case exit != "" && exit != "null" && exit != "0":
+		text += "\n\nCommand exited with code " + exit
+	}
+	if m.Truncated && m.FullOutputPath != "" {
+		text += "\n\n[Output truncated. Full output: " + m.FullOutputPath + "]"
+	}
+	return text
+}
+
+// withMember returns the JSON object with member k set to v.
+func withMember(object json.RawMessage, k string, v json.RawMessage) (json.RawMessage, error) {
+	var o map[string]json.RawMessage
+	if err := json.Unmarshal(object, &o); err != nil {
+		return nil, err
+	}
+	o[k] = v
+	return json.Marshal(o)
 }
 
 // withRole returns the entry with its message's role replaced.
@@ -398,7 +636,8 @@ func withRole(entry json.RawMessage, role string) (json.RawMessage, error) {
 
 func validStop(r StopReason) bool {
 	switch r {
-	case StopReasonStop, StopReasonLength, StopReasonToolUse, StopReasonError, StopReasonAborted:
+	case StopReasonStop, StopReasonLength, StopReasonToolUse, StopReasonError, StopReasonAborted,
+		turnlog.StopReasonPending, turnlog.StopReasonDeferred:
 		return true
 	}
 	return false
@@ -461,7 +700,9 @@ func (o orderedEvent) MarshalJSON() ([]byte, error) {
 		buf.Truncate(buf.Len() - 1) // Encode's newline
 		return nil
 	}
-	for _, k := range []string{"type", "turn", "time", "adapter", "response", "content", "toolCallId", "toolName", "isError", "details", "message", "reason", "entry", "piSession", "piEntry"} {
+	for _, k := range []string{"type", "turn", "time", "adapter", "response", "origin", "content", "sections", "toolsAdded", "toolsRemoved",
+		"toolCallId", "toolName", "isError", "details", "usage", "nestedCalls", "durationMs", "message",
+		"firstKeptSeq", "tokensBefore", "systemMessage", "targetSeq", "replacement", "reason", "entry", "piSession", "piEntry"} {
 		if err := write(k); err != nil {
 			return nil, err
 		}

@@ -116,6 +116,9 @@ func TestImportPiSessions(t *testing.T) {
 					}
 					json.Unmarshal(ev.data, &m)
 					got = append(got, m.Entry.Message)
+				case "context/message":
+					// An extension's message, as pi sends it: user-role text blocks.
+					got = append(got, mustJSON(t, map[string]any{"role": "custom", "origin": v["origin"], "content": v["content"]}))
 				}
 			}
 			if len(got) != len(pc.Messages) {
@@ -123,6 +126,9 @@ func TestImportPiSessions(t *testing.T) {
 			}
 			for i, want := range pc.Messages {
 				w := decode(t, want)
+				if w["role"] == "custom" {
+					w = map[string]any{"role": "custom", "origin": "extension:" + w["customType"].(string), "content": sentContent(w["content"])}
+				}
 				switch w["role"] {
 				case "assistant":
 					if !bytes.Equal(got[i], want) {
@@ -153,8 +159,12 @@ func TestImportPiSessions(t *testing.T) {
 			var want []map[string]any
 			for _, raw := range pc.Messages {
 				w := decode(t, raw)
-				if w["role"] == "custom" || w["stopReason"] == "aborted" || w["stopReason"] == "error" {
-					continue // not model history: documented in docs/agent-hosts.md
+				if w["stopReason"] == "aborted" || w["stopReason"] == "error" {
+					continue // not model history
+				}
+				if w["role"] == "custom" {
+					// convertToLlm sends an extension's message as a user message.
+					w = map[string]any{"role": "user", "content": sentContent(w["content"]), "timestamp": w["timestamp"]}
 				}
 				want = append(want, w)
 			}
@@ -182,4 +192,13 @@ func mustJSON(t *testing.T, v any) json.RawMessage {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// sentContent is an extension message's content as pi sends it: a string
+// becomes one text block.
+func sentContent(content any) any {
+	if text, ok := content.(string); ok {
+		return []any{map[string]any{"type": "text", "text": text}}
+	}
+	return content
 }

@@ -221,10 +221,23 @@ func (r *SessionReconciler) reconcileDerived(ctx context.Context, s *sessionScop
 	switch {
 	case s.assembly == nil || s.assembly.ScannedThrough < head:
 		s.pending = worker.TaskAssemble
-	case lastEnd >= 0 && (s.replay == nil || s.replay.ThroughSeq < lastEnd):
+	case lastEnd >= 0 && (s.replay == nil || s.replay.ThroughSeq < s.settled()):
 		s.pending = worker.TaskReplay
 	}
 	return nil
+}
+
+// settled is the last seq replay can take in: the head when no turn is
+// open (events between turns, such as a compaction after the last turn,
+// are settled as they come), else the last turn/end.
+func (s *sessionScope) settled() int64 {
+	if s.head.LastTurnEnd == nil {
+		return -1
+	}
+	if !s.head.TurnOpen {
+		return s.head.Head()
+	}
+	return s.head.LastTurnEnd.Seq
 }
 
 // reconcileWork runs the pending work: in local mode to the end, assembly
@@ -349,7 +362,7 @@ func (s *sessionScope) position(task worker.Task) string {
 		return fmt.Sprintf("head=%d", s.head.Head())
 	}
 	t := s.target
-	return fmt.Sprintf("through=%d target=%s/%s/%s/%s", s.head.LastTurnEnd.Seq, t.Kind, t.API, t.Provider, t.Model)
+	return fmt.Sprintf("through=%d target=%s/%s/%s/%s/%s", s.settled(), t.Kind, t.API, t.Provider, t.Model, t.ReleaseLine)
 }
 
 // retryBackoff is the wait before retrying a failed run: 5s doubling to 5m.
@@ -363,6 +376,7 @@ func retryBackoff(failures int32) time.Duration {
 
 // patchStatus writes the status once, from what the steps found.
 func (r *SessionReconciler) patchStatus(ctx context.Context, s *sessionScope, reconcileErr error) error {
+	r.reportRefused(s)
 	base := s.session.DeepCopy()
 	base.Status = s.before
 	setSessionConditions(s)

@@ -71,6 +71,14 @@ func (r *SessionReconciler) replayEvents(session *turnlogv1.Session, rep *worker
 		r.Recorder.Eventf(session, nil, "Warning", turnlogv1.EventReplayDegraded, "Replay",
 			"%d more messages degraded in this replay run (%d in all, not listed as Events); status.replay.degradedSeqs lists them by cause", rest, total)
 	}
+	if c.RunCompactions > 0 && c.LastCompactionSeq != nil {
+		r.Recorder.Eventf(messageRef(session, *c.LastCompactionSeq), nil, "Normal", turnlogv1.EventContextCompacted, "Replay",
+			"compaction at seq %d replayed (%d in this run): the transcript now holds %d messages", *c.LastCompactionSeq, c.RunCompactions, c.ContextMessages)
+	}
+	if c.RunEdits > 0 {
+		r.Recorder.Eventf(session, nil, "Normal", turnlogv1.EventContextEdited, "Replay",
+			"%d context edits replayed: earlier messages replaced or left out; the transcript holds %d messages", c.RunEdits, c.ContextMessages)
+	}
 	r.Recorder.Eventf(session, nil, "Normal", turnlogv1.EventReplayed, "Replay",
 		"replayed through seq %d for %s: %d native, %d foreign, %d degraded", rep.ThroughSeq, adapter, c.Native, c.Foreign, c.Degraded)
 }

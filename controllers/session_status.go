@@ -57,6 +57,8 @@ func (r *SessionReconciler) applyReplay(s *sessionScope) {
 		Adapter:    turnlogv1.Adapter{Kind: c.Target.Kind, API: c.Target.API, Provider: c.Target.Provider, Model: c.Target.Model, ReleaseLine: c.Target.ReleaseLine},
 		Native:     c.Native, Foreign: c.Foreign, Degraded: c.Degraded,
 		OrphanToolResults: c.OrphanToolResults,
+		ContextMessages:   c.ContextMessages, LastCompactionSeq: c.LastCompactionSeq,
+		Compactions: c.Compactions, ContextEdits: c.Edits,
 		DegradedSeqs: turnlogv1.DegradedSeqs{
 			Kind:      capSeqs(c.DegradedSeqs["kind"]),
 			Version:   capSeqs(c.DegradedSeqs["version"]),

@@ -54,7 +54,7 @@ var _ = Describe("Session controller", Ordered, func() {
 		Expect(s.Status.Location).To(ContainSubstring(ns + "/haiku/" + string(s.UID)))
 		// Turn 2 was aborted: its frozen partial text is no assistant message.
 		Expect(s.Status.Replay).To(Equal(&turnlogv1.ReplaySummary{
-			ThroughSeq: 15, Native: 1,
+			ThroughSeq: 15, Native: 1, ContextMessages: 3,
 			Adapter: turnlogv1.Adapter{Kind: "pi-ai", API: "anthropic-messages", Provider: "anthropic", Model: "claude-sonnet-4-5", ReleaseLine: "1"},
 		}))
 		Expect(cond(s.Status.Conditions, turnlogv1.ConditionReady)).To(Equal("True/Current"))

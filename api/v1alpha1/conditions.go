@@ -115,6 +115,12 @@ const (
 	EventAssembled = "Assembled"
 	// EventReplayed (Normal, on the Session): a replay run finished.
 	EventReplayed = "Replayed"
+	// EventContextCompacted (Normal, on the Session): a replay run applied
+	// a compaction; the note names its seq and the context's size after it.
+	EventContextCompacted = "ContextCompacted"
+	// EventContextEdited (Normal, on the Session): a replay run applied
+	// context edits to earlier messages.
+	EventContextEdited = "ContextEdited"
 	// EventWorkerFailed (Warning, on the Session): a worker run failed.
 	EventWorkerFailed = "WorkerFailed"
 	// EventWorkerFailedPermanently (Warning, on the Session): a worker run

@@ -186,6 +186,21 @@ type ReplaySummary struct {
 	// DegradedSeqs lists the degraded messages by cause (capped).
 	// +optional
 	DegradedSeqs DegradedSeqs `json:"degradedSeqs,omitempty"`
+	// ContextMessages is how many messages the stored transcript holds:
+	// what the next request is built from, which after a compaction is
+	// less than the log's history.
+	// +optional
+	ContextMessages int64 `json:"contextMessages,omitempty"`
+	// LastCompactionSeq is the seq of the last compaction the transcript
+	// starts from.
+	// +optional
+	LastCompactionSeq *int64 `json:"lastCompactionSeq,omitempty"`
+	// Compactions and ContextEdits count the compactions and context edits
+	// replayed.
+	// +optional
+	Compactions int64 `json:"compactions,omitempty"`
+	// +optional
+	ContextEdits int64 `json:"contextEdits,omitempty"`
 }
 
 // WorkerRun is one assembly or replay run over a Session's log.
@@ -273,6 +288,8 @@ type SessionStatus struct {
 // +kubebuilder:printcolumn:name="Turns",type=integer,JSONPath=`.status.turns`
 // +kubebuilder:printcolumn:name="Last End",type=string,JSONPath=`.status.lastTurnEnd.reason`,description="Reason the last turn ended"
 // +kubebuilder:printcolumn:name="Degraded",type=integer,JSONPath=`.status.replay.degraded`,description="Messages replayed without their provider metadata"
+// +kubebuilder:printcolumn:name="Context",type=integer,JSONPath=`.status.replay.contextMessages`,priority=1,description="Messages the next request is built from"
+// +kubebuilder:printcolumn:name="Compacted At",type=integer,JSONPath=`.status.replay.lastCompactionSeq`,priority=1,description="Seq of the last compaction"
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Session struct {

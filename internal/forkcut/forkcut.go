@@ -46,6 +46,13 @@ type Point struct {
 	CutSeq    int64              `json:"cutSeq"`
 	CutTurn   int64              `json:"cutTurn"`
 	CutReason turnlog.StopReason `json:"cutReason"`
+	// CompactionSeq is the last compaction through the cut: the child's
+	// transcript starts from its summary. Absent: the child is uncompacted.
+	CompactionSeq *int64 `json:"compactionSeq,omitempty"`
+	// SystemSeqs are the events whose system messages the child starts
+	// with, in order: the compaction's own, if it carries one, and the
+	// system/message events after it (all of them, without a compaction).
+	SystemSeqs []int64 `json:"systemSeqs,omitempty"`
 }
 
 // CutError is a fork that cannot cut (yet). It unwraps to
@@ -132,6 +139,17 @@ func Find(src turnlog.Source, atSeq string) (Point, error) {
 			return Point{}, err
 		}
 		head = e.Seq
+		switch e.Type {
+		case turnlog.TypeCompaction:
+			c, _ := e.Compaction()
+			seq := e.Seq
+			p.CompactionSeq, p.SystemSeqs = &seq, nil
+			if len(c.SystemMessage) > 0 {
+				p.SystemSeqs = []int64{seq}
+			}
+		case turnlog.TypeSystemMessage:
+			p.SystemSeqs = append(p.SystemSeqs, e.Seq)
+		}
 		if end, ok := e.TurnEnd(); ok && e.Seq >= anchor {
 			p.CutSeq, p.CutTurn, p.CutReason = e.Seq, e.Turn, end.Reason
 			return p, nil

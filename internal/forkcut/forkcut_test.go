@@ -91,7 +91,7 @@ func TestFind(t *testing.T) {
 			if !errors.Is(err, tt.wantErr) || (err == nil) != (tt.wantErr == nil) {
 				t.Fatalf("Find(%q) error %v, want %v", tt.atSeq, err, tt.wantErr)
 			}
-			if p != tt.wantPoint {
+			if !reflect.DeepEqual(p, tt.wantPoint) {
 				t.Errorf("Find(%q) = %+v, want %+v", tt.atSeq, p, tt.wantPoint)
 			}
 		})
@@ -151,5 +151,48 @@ func TestChildOfAbortedTurnResumesLikeSource(t *testing.T) {
 	}
 	if !reflect.DeepEqual(seqs, []int64{2, 6, 9}) {
 		t.Errorf("child transcript seqs %v, want [2 6 9]", seqs)
+	}
+}
+
+// A fork says which compaction and which system messages its child starts
+// from: before a compaction, the whole history and every system message;
+// after it, the compaction's summary and system message and what followed.
+func TestFindNamesTheCompactionAndSystemPromptTheChildStartsFrom(t *testing.T) {
+	log := []byte(`{"seq":0,"type":"system/message","content":"be brief"}
+{"seq":1,"type":"turn/start","turn":1}
+{"seq":2,"type":"user/message","turn":1,"content":"q1"}
+{"seq":3,"type":"turn/end","turn":1,"reason":"stop"}
+{"seq":4,"type":"system/message","content":"plan mode","toolsAdded":[{"name":"grep"}]}
+{"seq":5,"type":"turn/start","turn":2}
+{"seq":6,"type":"user/message","turn":2,"content":"q2"}
+{"seq":7,"type":"turn/end","turn":2,"reason":"stop"}
+{"seq":8,"type":"context/compaction","content":"summary","firstKeptSeq":6,"systemMessage":{"content":"be brief","toolsAdded":[{"name":"grep"}]}}
+{"seq":9,"type":"turn/start","turn":3}
+{"seq":10,"type":"user/message","turn":3,"content":"q3"}
+{"seq":11,"type":"turn/end","turn":3,"reason":"stop"}
+{"seq":12,"type":"system/message","content":"review mode"}
+{"seq":13,"type":"context/compaction","content":"summary 2","firstKeptSeq":13}
+{"seq":14,"type":"turn/start","turn":4}
+{"seq":15,"type":"user/message","turn":4,"content":"q4"}
+{"seq":16,"type":"turn/end","turn":4,"reason":"stop"}
+`)
+	seq := func(s int64) *int64 { return &s }
+	for _, tt := range []struct {
+		at         string
+		compaction *int64
+		system     []int64
+	}{
+		{"2", nil, []int64{0}},
+		{"6.5", nil, []int64{0, 4}},
+		{"10", seq(8), []int64{8}},
+		{"15", seq(13), nil}, // the second compaction carries no system message
+	} {
+		p, err := forkcut.Find(turnlog.NewReader(bytes.NewReader(log)), tt.at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(p.CompactionSeq, tt.compaction) || !reflect.DeepEqual(p.SystemSeqs, tt.system) {
+			t.Errorf("at %s: compaction %v, system %v; want %v, %v", tt.at, p.CompactionSeq, p.SystemSeqs, tt.compaction, tt.system)
+		}
 	}
 }

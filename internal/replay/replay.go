@@ -97,6 +97,11 @@ type Options struct {
 	// Open resumes a replay at a turn boundary: the tool calls a previous
 	// replay of the log up to there left open (Builder.Checkpoint).
 	Open OpenCalls
+	// Prior, for a replay resumed at a turn boundary, returns the transcript
+	// the previous replays stored (without Open's tail). It is called only
+	// when a compaction or a context edit changes what came before, and
+	// then Result.Rebuilt is set.
+	Prior func() ([]Message, error)
 }
 
 // OpenCalls are the tool calls of the last assistant message of a
@@ -155,11 +160,14 @@ func (o OpenCalls) Tail() []Message {
 // message, the assistant/message of a host-written one, and for a synthetic
 // tool result the assistant message that made the call.
 type Message struct {
-	Seq       int64           `json:"seq"`
-	Role      string          `json:"role"`
-	Replay    Mode            `json:"replay,omitempty"` // assistant messages only
-	Synthetic bool            `json:"synthetic,omitempty"`
-	Message   json.RawMessage `json:"message"`
+	Seq       int64  `json:"seq"`
+	Role      string `json:"role"`
+	Replay    Mode   `json:"replay,omitempty"` // assistant messages only
+	Synthetic bool   `json:"synthetic,omitempty"`
+	// Origin is what made a user or system message that no one typed:
+	// a context/message's origin, or OriginCompaction.
+	Origin  string          `json:"origin,omitempty"`
+	Message json.RawMessage `json:"message"`
 }
 
 // Counts summarise how the assistant messages were replayed. Degraded
@@ -187,6 +195,12 @@ type Result struct {
 	ThroughSeq int64     `json:"throughSeq"`
 	Messages   []Message `json:"messages"`
 	Counts     Counts    `json:"counts"`
+	// Context says what the transcript starts from and what changed it.
+	Context ContextInfo `json:"context"`
+	// Rebuilt, for a replay resumed with Options.Prior, says that Messages
+	// are the whole transcript: a compaction or an edit changed what the
+	// previous replays stored. Otherwise Messages follow those.
+	Rebuilt bool `json:"-"`
 }
 
 // Transcript replays events from src through opts.Through.
@@ -217,6 +231,10 @@ type Builder struct {
 	turn      turnMessages
 	result    Result
 	open      OpenCalls
+	// resumed: the transcript before this replay is the stored one, to be
+	// loaded through Options.Prior before anything changes it.
+	resumed bool
+	err     error
 }
 
 // NewBuilder starts a replay, at the start of the log or, with opts.Open,
@@ -226,8 +244,9 @@ func NewBuilder(opts Options) *Builder {
 		opts:      opts,
 		target:    opts.Target,
 		assembler: assembler.New(turnlog.Adapter{}),
-		result:    Result{ThroughSeq: -1, Messages: []Message{}},
+		result:    Result{ThroughSeq: -1, Messages: []Message{}, Context: ContextInfo{CompactionSeq: -1}},
 		open:      opts.Open,
+		resumed:   opts.Prior != nil,
 	}
 }
 
@@ -250,8 +269,11 @@ type turnItem struct {
 	assistant *turnlog.AssistantMessage
 
 	userContent json.RawMessage
+	origin      string // context messages
 	toolResult  turnlog.ToolResultEvent
 	system      turnlog.SystemMessageEvent
+	compaction  turnlog.Compaction
+	edit        turnlog.ContextEdit
 }
 
 // Add consumes the next event; events must come in log order.
@@ -282,6 +304,15 @@ func (b *Builder) Add(e *turnlog.Event) {
 	case turnlog.TypeSystemMessage:
 		p, _ := e.SystemMessage()
 		b.turn.items = append(b.turn.items, turnItem{seq: e.Seq, time: unixMilli(e.Time), role: "system", system: p})
+	case turnlog.TypeContextMessage:
+		p, _ := e.ContextMessage()
+		b.turn.items = append(b.turn.items, turnItem{seq: e.Seq, time: unixMilli(e.Time), role: "context", userContent: p.Content, origin: p.Origin})
+	case turnlog.TypeCompaction:
+		p, _ := e.Compaction()
+		b.turn.items = append(b.turn.items, turnItem{seq: e.Seq, time: unixMilli(e.Time), role: "compaction", compaction: p})
+	case turnlog.TypeContextEdit:
+		p, _ := e.ContextEdit()
+		b.turn.items = append(b.turn.items, turnItem{seq: e.Seq, role: "edit", edit: p})
 	case turnlog.TypeTurnEnd:
 		b.flushTurn()
 	}
@@ -369,25 +400,33 @@ func (b *Builder) flushTurn() {
 			b.addAssistant(it)
 		case "toolResult":
 			b.addToolResult(it)
-		case "user":
-			b.settle()
-			b.appendMessage(Message{Seq: it.seq, Role: "user"}, turnlog.UserMessage{Content: b.content(it.userContent), Timestamp: it.time})
+		case "user", "context":
+			b.emitUser(b.userMessage(Message{Seq: it.seq, Role: "user", Origin: it.origin}, it.userContent, it.time))
 		case "system":
 			b.addSystem(it)
+		case "compaction":
+			b.compact(it)
+		case "edit":
+			b.applyEdit(it)
 		}
 	}
 	clear(b.turn.items) // keep the array for the next turn, not what it pointed to
 	b.turn = turnMessages{items: b.turn.items[:0]}
 }
 
-func (b *Builder) appendMessage(m Message, v json.Marshaler) {
+// encode sets m's message to v's JSON.
+func encode(m Message, v json.Marshaler) Message {
 	raw, err := v.MarshalJSON()
 	if err != nil {
 		// Every value here was decoded from JSON or built from such values.
 		panic(fmt.Sprintf("replay: encode %s message at seq %d: %v", m.Role, m.Seq, err))
 	}
 	m.Message = raw
-	b.result.Messages = append(b.result.Messages, m)
+	return m
+}
+
+func (b *Builder) userMessage(m Message, content json.RawMessage, time int64) Message {
+	return encode(m, turnlog.UserMessage{Content: b.content(content), Timestamp: time})
 }
 
 func (b *Builder) addAssistant(it turnItem) {
@@ -401,48 +440,81 @@ func (b *Builder) addAssistant(it turnItem) {
 	} else {
 		b.result.Counts.Foreign++
 	}
-	b.appendMessage(Message{Seq: it.seq, Role: "assistant", Replay: mode}, msg)
-	b.open = OpenCalls{Seq: it.seq, Time: msg.Timestamp}
-	for _, c := range msg.Content {
+	b.emitAssistant(encode(Message{Seq: it.seq, Role: "assistant", Replay: mode}, msg), toolCalls(msg.Content), msg.Timestamp)
+}
+
+func toolCalls(content []turnlog.ContentBlock) []Call {
+	var calls []Call
+	for _, c := range content {
 		if c.Type == turnlog.BlockToolCall {
-			b.open.Calls = append(b.open.Calls, Call{ID: c.ID, Name: c.Name})
+			calls = append(calls, Call{ID: c.ID, Name: c.Name})
 		}
 	}
+	return calls
 }
 
 func (b *Builder) addToolResult(it turnItem) {
 	p := it.toolResult
-	o := &b.open
-	if o.answered(p.ToolCallID) || !slices.ContainsFunc(o.Calls, func(c Call) bool { return c.ID == p.ToolCallID }) {
-		// Its call was left out (aborted, errored), settled already (a user
-		// message came between), or answered already: a provider rejects
-		// a result whose call is not in the request.
-		b.result.Counts.OrphanToolResults++
-		return
-	}
-	o.Answered = append(o.Answered, p.ToolCallID)
-	b.appendMessage(Message{Seq: it.seq, Role: "toolResult"}, turnlog.ToolResultMessage{
+	m := encode(Message{Seq: it.seq, Role: "toolResult"}, turnlog.ToolResultMessage{
 		ToolCallID: p.ToolCallID, ToolName: p.ToolName,
 		Content: b.content(p.Content), Details: p.Details, Usage: p.Usage, NestedCalls: p.NestedCalls,
 		IsError: p.IsError, Timestamp: it.time, DurationMs: p.DurationMs,
 	})
+	if !b.emitToolResult(m, p.ToolCallID) {
+		b.result.Counts.OrphanToolResults++
+	}
 }
 
-// addSystem adds a system message where pi-ai 1.x puts it: in place, or,
-// while the last assistant message's tool calls are open, after their
-// results. The 0.73 line has no system messages: a host on it sends the
-// system prompt beside the messages.
+// addSystem adds a system message. The 0.73 line has no system messages:
+// a host on it sends the system prompt beside the messages.
 func (b *Builder) addSystem(it turnItem) {
 	if b.target.Line() == turnlog.ReleaseLine073 {
 		return
 	}
-	m := Message{Seq: it.seq, Role: "system"}
-	raw, err := turnlog.SystemMessage{Content: b.content(it.system.Content), Sections: it.system.Sections,
-		ToolsAdded: it.system.ToolsAdded, ToolsRemoved: it.system.ToolsRemoved, Timestamp: it.time}.MarshalJSON()
-	if err != nil {
-		panic(fmt.Sprintf("replay: encode system message at seq %d: %v", it.seq, err))
+	b.emitSystem(b.systemMessage(Message{Seq: it.seq, Role: "system"}, it.system, it.time))
+}
+
+func (b *Builder) systemMessage(m Message, s turnlog.SystemMessageEvent, time int64) Message {
+	return encode(m, turnlog.SystemMessage{Content: b.content(s.Content), Sections: s.Sections,
+		ToolsAdded: s.ToolsAdded, ToolsRemoved: s.ToolsRemoved, Timestamp: time})
+}
+
+// The emit steps put messages that are ready — converted, encoded — into
+// the transcript by pi-ai's pairing rules. A replay's first pass and a
+// rebuild after a compaction or an edit both go through them.
+
+// emitAssistant closes the open calls and opens the message's.
+func (b *Builder) emitAssistant(m Message, calls []Call, time int64) {
+	b.settle()
+	b.result.Messages = append(b.result.Messages, m)
+	b.open = OpenCalls{Seq: m.Seq, Time: time, Calls: calls}
+}
+
+// emitToolResult adds a result that answers an open call, and reports
+// whether it did.
+func (b *Builder) emitToolResult(m Message, id string) bool {
+	o := &b.open
+	if o.answered(id) || !slices.ContainsFunc(o.Calls, func(c Call) bool { return c.ID == id }) {
+		// Its call was left out (aborted, errored), settled already (a user
+		// message came between), or answered already: a provider rejects
+		// a result whose call is not in the request.
+		return false
 	}
-	m.Message = raw
+	o.Answered = append(o.Answered, id)
+	b.result.Messages = append(b.result.Messages, m)
+	return true
+}
+
+// emitUser closes the open calls and adds a user message.
+func (b *Builder) emitUser(m Message) {
+	b.settle()
+	b.result.Messages = append(b.result.Messages, m)
+}
+
+// emitSystem adds a system message where pi-ai 1.x puts it: in place, or,
+// while the last assistant message's tool calls are open, after their
+// results.
+func (b *Builder) emitSystem(m Message) {
 	if len(b.open.Calls) > 0 {
 		b.open.Held = append(b.open.Held, m)
 		return

@@ -106,6 +106,18 @@ func decodeByType(line []byte) (Event, error) {
 		var p SystemMessageEvent
 		err = json.Unmarshal(line, &p)
 		e.body.Content, e.body.Sections, e.body.ToolsAdded, e.body.ToolsRemoved = p.Content, p.Sections, p.ToolsAdded, p.ToolsRemoved
+	case TypeCompaction:
+		var p Compaction
+		err = json.Unmarshal(line, &p)
+		e.body.Content, e.body.FirstKeptSeq, e.body.TokensBefore, e.body.SystemMessage = p.Content, p.FirstKeptSeq, p.TokensBefore, p.SystemMessage
+	case TypeContextEdit:
+		var p ContextEdit
+		err = json.Unmarshal(line, &p)
+		e.body.TargetSeq, e.body.Replacement = p.TargetSeq, p.Replacement
+	case TypeContextMessage:
+		var p ContextMessage
+		err = json.Unmarshal(line, &p)
+		e.body.Origin, e.body.Content = p.Origin, p.Content
 	case TypeTurnEnd:
 		var p TurnEnd
 		err = json.Unmarshal(line, &p)
@@ -153,12 +165,13 @@ func (e *Event) check() error {
 	// 0.73 passes it on, so replay decides by the target's release line.
 	b.ReplayState = nullToNil(b.ReplayState)
 	b.Usage = nullToNil(b.Usage)
-	for _, raw := range []*json.RawMessage{&b.Details, &b.NestedCalls, &b.DurationMs, &b.Sections, &b.ToolsAdded, &b.ToolsRemoved} {
+	for _, raw := range []*json.RawMessage{&b.Details, &b.NestedCalls, &b.DurationMs, &b.Sections, &b.ToolsAdded, &b.ToolsRemoved, &b.SystemMessage} {
 		*raw = nullToNil(*raw)
 	}
 	missing := func(field string) error {
 		return lineErrorf(seq, ErrInvalidField, "%s: missing field %q", e.Type, field)
 	}
+	needEarlierSeq := e.needEarlierSeq
 	needResponse := func() error {
 		if b.Response == absentInt {
 			return missing("response")
@@ -228,15 +241,92 @@ func (e *Event) check() error {
 		if err := needContent(); err != nil {
 			return err
 		}
-		if err := want("sections", b.Sections, "an object"); err != nil {
+		return checkSystemMembers("", b.Sections, b.ToolsAdded, b.ToolsRemoved, want)
+	case TypeCompaction:
+		if err := needContent(); err != nil {
 			return err
 		}
-		if err := want("toolsAdded", b.ToolsAdded, "an array"); err != nil {
+		if err := needEarlierSeq("firstKeptSeq", b.FirstKeptSeq, true); err != nil {
 			return err
 		}
-		return want("toolsRemoved", b.ToolsRemoved, "an array")
+		if b.TokensBefore != nil && *b.TokensBefore < 0 {
+			return lineErrorf(seq, ErrInvalidField, `field "tokensBefore": %d is negative`, *b.TokensBefore)
+		}
+		if len(b.SystemMessage) > 0 {
+			return checkSystemMessage(seq, b.SystemMessage, want)
+		}
+	case TypeContextEdit:
+		if err := needEarlierSeq("targetSeq", b.TargetSeq, false); err != nil {
+			return err
+		}
+		switch jsonKind(b.Replacement) {
+		case "nothing":
+			return missing("replacement")
+		case "null":
+		case "an object":
+			var r struct {
+				Content json.RawMessage `json:"content"`
+			}
+			if err := json.Unmarshal(b.Replacement, &r); err != nil || jsonKind(r.Content) == "nothing" {
+				return lineErrorf(seq, ErrInvalidField, `field "replacement": want {"content": …} or null, without content`)
+			}
+			if k := jsonKind(r.Content); k != "an array" && k != "a string" {
+				return lineErrorf(seq, ErrInvalidField, `field "replacement.content": want an array of blocks or a string, got %s`, k)
+			}
+		default:
+			return lineErrorf(seq, ErrInvalidField, `field "replacement": want {"content": …} or null, got %s`, jsonKind(b.Replacement))
+		}
+	case TypeContextMessage:
+		if b.Origin == "" {
+			return missing("origin")
+		}
+		return needContent()
 	}
 	return nil
+}
+
+// needEarlierSeq and the helpers below are the checks of the context
+// events' members; check binds them to the event.
+func (e *Event) needEarlierSeq(field string, v *int64, orSelf bool) error {
+	switch {
+	case v == nil:
+		return lineErrorf(e.Seq, ErrInvalidField, "%s: missing field %q", e.Type, field)
+	case *v < 0:
+		return lineErrorf(e.Seq, ErrInvalidField, "field %q: %d is negative", field, *v)
+	case *v > e.Seq || (*v == e.Seq && !orSelf):
+		return lineErrorf(e.Seq, ErrInvalidField, "field %q: %d is not an earlier seq", field, *v)
+	}
+	return nil
+}
+
+// checkSystemMessage checks a compaction's systemMessage: the members of a
+// system/message event, in an object.
+func checkSystemMessage(seq int64, raw json.RawMessage, want func(string, json.RawMessage, string) error) error {
+	var m struct {
+		Content      json.RawMessage `json:"content"`
+		Sections     json.RawMessage `json:"sections"`
+		ToolsAdded   json.RawMessage `json:"toolsAdded"`
+		ToolsRemoved json.RawMessage `json:"toolsRemoved"`
+	}
+	if jsonKind(raw) != "an object" || json.Unmarshal(raw, &m) != nil {
+		return lineErrorf(seq, ErrInvalidField, `field "systemMessage": want an object, got %s`, jsonKind(raw))
+	}
+	switch jsonKind(m.Content) {
+	case "an array", "a string", "null":
+	default:
+		return lineErrorf(seq, ErrInvalidField, `field "systemMessage.content": want an array of blocks, a string or null, got %s`, jsonKind(m.Content))
+	}
+	return checkSystemMembers("systemMessage.", nullToNil(m.Sections), nullToNil(m.ToolsAdded), nullToNil(m.ToolsRemoved), want)
+}
+
+func checkSystemMembers(prefix string, sections, added, removed json.RawMessage, want func(string, json.RawMessage, string) error) error {
+	if err := want(prefix+"sections", sections, "an object"); err != nil {
+		return err
+	}
+	if err := want(prefix+"toolsAdded", added, "an array"); err != nil {
+		return err
+	}
+	return want(prefix+"toolsRemoved", removed, "an array")
 }
 
 func nullToNil(raw json.RawMessage) json.RawMessage {

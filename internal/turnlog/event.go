@@ -34,13 +34,35 @@ const (
 	// TypeSystemMessage changes the system prompt and tools in force (pi-ai
 	// 1.x system messages); it may come inside a turn or between turns.
 	TypeSystemMessage EventType = "system/message"
+	// The context events say how the host's next request differs from
+	// "every message so far". Like system/message they may come inside a
+	// turn or between turns.
+	//
+	// TypeCompaction replaces the messages before FirstKeptSeq with a
+	// summary; TypeContextEdit replaces or removes an earlier message's
+	// content; TypeContextMessage is user-role context the host inserted
+	// (a shell command's output, an extension's message, a branch summary).
+	TypeCompaction     EventType = "context/compaction"
+	TypeContextEdit    EventType = "context/edit"
+	TypeContextMessage EventType = "context/message"
 )
+
+// AnyTurn reports whether events of the type may come between turns as well
+// as inside one.
+func (t EventType) AnyTurn() bool {
+	switch t {
+	case TypeSystemMessage, TypeCompaction, TypeContextEdit, TypeContextMessage:
+		return true
+	}
+	return false
+}
 
 // Known reports whether this version of turnlog understands the type.
 func (t EventType) Known() bool {
 	switch t {
 	case TypeSessionStart, TypeTurnStart, TypeUserMessage, TypeResponseStart, TypeChunk,
-		TypeResponseFinish, TypeAssistantMessage, TypeToolResult, TypeTurnEnd, TypeSystemMessage:
+		TypeResponseFinish, TypeAssistantMessage, TypeToolResult, TypeTurnEnd, TypeSystemMessage,
+		TypeCompaction, TypeContextEdit, TypeContextMessage:
 		return true
 	}
 	return false
@@ -213,6 +235,36 @@ type SystemMessageEvent struct {
 	ToolsRemoved json.RawMessage `json:"toolsRemoved,omitempty"`
 }
 
+// Compaction replaces the history before FirstKeptSeq: a transcript through
+// it or any later seq is SystemMessage (if any), Content as a user message,
+// the messages of the events from FirstKeptSeq on (system messages
+// excepted: SystemMessage holds the whole prompt and tool state), then the
+// messages after the compaction. FirstKeptSeq equal to the compaction's own
+// seq keeps nothing.
+type Compaction struct {
+	// Content is the summary as the host sends it: user-role content.
+	Content      json.RawMessage `json:"content,omitempty"` // required
+	FirstKeptSeq *int64          `json:"firstKeptSeq,omitempty"`
+	TokensBefore *int64          `json:"tokensBefore,omitempty"`
+	// SystemMessage, if present, is the complete system prompt and tool
+	// state at the compaction: a SystemMessageEvent's members.
+	SystemMessage json.RawMessage `json:"systemMessage,omitempty"`
+}
+
+// ContextEdit changes an earlier message for the requests that follow it:
+// Replacement is {"content": …}, or null to leave the message out.
+type ContextEdit struct {
+	TargetSeq   *int64          `json:"targetSeq,omitempty"`
+	Replacement json.RawMessage `json:"replacement,omitempty"` // required; null removes
+}
+
+// ContextMessage is user-role context the host inserted; Origin says what
+// made it (e.g. "bash", "extension:<type>", "branchSummary").
+type ContextMessage struct {
+	Origin  string          `json:"origin"`
+	Content json.RawMessage `json:"content,omitempty"` // required
+}
+
 // TurnEnd closes a turn; every turn ends with one, aborted turns included.
 type TurnEnd struct {
 	Reason StopReason `json:"reason"`
@@ -229,6 +281,9 @@ func (AssistantMessageEvent) EventType() EventType { return TypeAssistantMessage
 func (ToolResultEvent) EventType() EventType       { return TypeToolResult }
 func (TurnEnd) EventType() EventType               { return TypeTurnEnd }
 func (SystemMessageEvent) EventType() EventType    { return TypeSystemMessage }
+func (Compaction) EventType() EventType            { return TypeCompaction }
+func (ContextEdit) EventType() EventType           { return TypeContextEdit }
+func (ContextMessage) EventType() EventType        { return TypeContextMessage }
 
 // Event is one line of the log. Raw holds the exact bytes the event was
 // decoded from (or encoded to), and is what a Writer writes: re-encoding never
@@ -269,6 +324,13 @@ type eventBody struct {
 	Sections     json.RawMessage `json:"sections"`
 	ToolsAdded   json.RawMessage `json:"toolsAdded"`
 	ToolsRemoved json.RawMessage `json:"toolsRemoved"`
+
+	FirstKeptSeq  *int64          `json:"firstKeptSeq"`
+	TokensBefore  *int64          `json:"tokensBefore"`
+	SystemMessage json.RawMessage `json:"systemMessage"`
+	TargetSeq     *int64          `json:"targetSeq"`
+	Replacement   json.RawMessage `json:"replacement"`
+	Origin        string          `json:"origin"`
 }
 
 // SessionStart returns the payload of a session/start event.
@@ -341,6 +403,31 @@ func (e *Event) ToolResult() (ToolResultEvent, bool) {
 	}, true
 }
 
+// Compaction returns the payload of a context/compaction event.
+func (e *Event) Compaction() (Compaction, bool) {
+	if e.Type != TypeCompaction {
+		return Compaction{}, false
+	}
+	return Compaction{Content: e.body.Content, FirstKeptSeq: e.body.FirstKeptSeq, TokensBefore: e.body.TokensBefore,
+		SystemMessage: e.body.SystemMessage}, true
+}
+
+// ContextEdit returns the payload of a context/edit event.
+func (e *Event) ContextEdit() (ContextEdit, bool) {
+	if e.Type != TypeContextEdit {
+		return ContextEdit{}, false
+	}
+	return ContextEdit{TargetSeq: e.body.TargetSeq, Replacement: e.body.Replacement}, true
+}
+
+// ContextMessage returns the payload of a context/message event.
+func (e *Event) ContextMessage() (ContextMessage, bool) {
+	if e.Type != TypeContextMessage {
+		return ContextMessage{}, false
+	}
+	return ContextMessage{Origin: e.body.Origin, Content: e.body.Content}, true
+}
+
 // SystemMessage returns the payload of a system/message event.
 func (e *Event) SystemMessage() (SystemMessageEvent, bool) {
 	if e.Type != TypeSystemMessage {
@@ -393,6 +480,15 @@ func (e *Event) Payload() Payload {
 		return p
 	case TypeSystemMessage:
 		p, _ := e.SystemMessage()
+		return p
+	case TypeCompaction:
+		p, _ := e.Compaction()
+		return p
+	case TypeContextEdit:
+		p, _ := e.ContextEdit()
+		return p
+	case TypeContextMessage:
+		p, _ := e.ContextMessage()
 		return p
 	}
 	return nil

@@ -3,13 +3,19 @@ package turnlog
 // Validator applies the log's structural rules to events in log order:
 //
 //   - seq is dense: each event's seq is the previous one's plus one;
-//   - every event but session/start, system/message and unknown types
-//     belongs to a turn opened by turn/start and closed by turn/end, and
-//     carries that turn's number (≥ 1, increasing from turn to turn); a
-//     system/message may also come between turns, with no turn number;
-//   - session/start, if present, is the first event.
+//   - every event but session/start, system/message, the context/ events
+//     and unknown types belongs to a turn opened by turn/start and closed
+//     by turn/end, and carries that turn's number (≥ 1, increasing from
+//     turn to turn); those may also come between turns, with no turn
+//     number;
+//   - session/start, if present, is the first event;
+//   - a compaction's firstKeptSeq and an edit's targetSeq name an earlier
+//     event that carries a message (when that event was checked by the
+//     same Validator).
 //
-// It keeps a few integers of state, so checking a log costs constant memory.
+// It keeps a few integers of state and one bit per event checked (which
+// events carry a message), so checking a log costs an eighth of a byte per
+// event.
 // After reporting a problem it carries on from the event it was given, so a
 // single fault is reported once rather than on every following line.
 type Validator struct {
@@ -18,12 +24,50 @@ type Validator struct {
 	turnKnown bool  // whether openTurn is known (false when resuming mid-log)
 	openTurn  int64 // 0 when no turn is open
 	lastTurn  int64
+
+	base     int64    // the seq of the first event checked
+	messages []uint64 // bit seq-base: the event carries a message
 }
 
 // NewValidator checks a whole log: the first event has seq 0 and no turn is
 // open before it.
 func NewValidator() *Validator {
 	return &Validator{first: true, turnKnown: true}
+}
+
+// carriesMessage reports whether events of type t are, or make, a message
+// of the transcript: what a compaction may keep from and an edit may change.
+func carriesMessage(t EventType) bool {
+	switch t {
+	case TypeUserMessage, TypeAssistantMessage, TypeResponseFinish, TypeToolResult,
+		TypeSystemMessage, TypeContextMessage, TypeCompaction:
+		return true
+	}
+	return false
+}
+
+func (v *Validator) markMessage(seq int64) {
+	i := seq - v.base
+	if i >= int64(len(v.messages))*64+64 {
+		return // past a seq gap, already reported: no room for the seqs missing
+	}
+	for int64(len(v.messages))*64 <= i {
+		v.messages = append(v.messages, 0)
+	}
+	v.messages[i/64] |= 1 << (i % 64)
+}
+
+// checkReference reports a reference to an event this Validator saw that
+// carries no message; references before its first event are not known.
+func (v *Validator) checkReference(e *Event, field string, ref int64) error {
+	i := ref - v.base
+	if ref == e.Seq || i < 0 {
+		return nil
+	}
+	if int64(len(v.messages))*64 > i && v.messages[i/64]&(1<<(i%64)) != 0 {
+		return nil
+	}
+	return lineErrorf(e.Seq, ErrInvalidField, "%s: field %q: seq %d carries no message", e.Type, field, ref)
 }
 
 // NewValidatorAt checks a log read from the middle, starting at seq nextSeq.
@@ -42,6 +86,27 @@ func (v *Validator) Skip() {
 // Check applies the rules to the next event. The error, if any, is a
 // *LineError without a line number.
 func (v *Validator) Check(e *Event) error {
+	if v.first {
+		v.base = e.Seq
+	}
+	err := v.checkOrder(e)
+	if err == nil {
+		switch e.Type {
+		case TypeCompaction:
+			p, _ := e.Compaction()
+			err = v.checkReference(e, "firstKeptSeq", *p.FirstKeptSeq)
+		case TypeContextEdit:
+			p, _ := e.ContextEdit()
+			err = v.checkReference(e, "targetSeq", *p.TargetSeq)
+		}
+	}
+	if e.Seq >= v.base && carriesMessage(e.Type) {
+		v.markMessage(e.Seq)
+	}
+	return err
+}
+
+func (v *Validator) checkOrder(e *Event) error {
 	first := v.first
 	v.first = false
 	switch {
@@ -103,10 +168,10 @@ func (v *Validator) applyTurn(e *Event, first bool) error {
 		if !e.Type.Known() {
 			return nil
 		}
-		if e.Type == TypeSystemMessage && v.openTurn == 0 {
-			// The system prompt and tools may change between turns too.
+		if e.Type.AnyTurn() && v.openTurn == 0 {
+			// The system prompt, tools and context may change between turns too.
 			if e.Turn != 0 {
-				return fail("system/message between turns has turn %d; between turns it carries none", e.Turn)
+				return fail("%s between turns has turn %d; between turns it carries none", e.Type, e.Turn)
 			}
 			return nil
 		}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"slices"
 
 	"github.com/turnlog/turnlog/internal/replay"
 	"github.com/turnlog/turnlog/internal/turnlog"
@@ -57,11 +58,12 @@ type replayState struct {
 	Parts []partRef `json:"parts,omitempty"`
 }
 
-// Replay extends the transcript for target through the last turn that has
-// ended, one derived object per run. A turn's messages enter the transcript
-// only at its turn/end (a host may still write its own assistant message
-// before that), so a run stops at the last turn/end and the turn still
-// streaming waits for the next run.
+// Replay extends the transcript for target through the last event after
+// which no turn is open — the last turn/end, or an event between turns that
+// follows it — one derived object per run. A turn's messages enter the
+// transcript only at its turn/end (a host may still write its own assistant
+// message before that), so a run stops there and the turn still streaming
+// waits for the next run.
 //
 // A run stops with the tool calls of the last assistant message still open
 // and keeps them in the checkpoint: their results may come in the next turn
@@ -118,8 +120,28 @@ func replayRun(ctx context.Context, log Log, target turnlog.Adapter, startOver b
 	defer events.Close()
 
 	var degraded []replay.Diagnostic
+	// A compaction or a context edit changes messages earlier runs stored:
+	// the builder then asks for them, and the run stores the whole
+	// transcript anew, with the diagnostics the old parts held.
+	var prior func() ([]replay.Message, error)
+	var priorDiags []replay.Diagnostic
+	if state.Next > 0 {
+		prior = func() ([]replay.Message, error) {
+			parts, err := readParts(ctx, log, dir, stored)
+			if err != nil {
+				return nil, err
+			}
+			var msgs []replay.Message
+			for _, p := range parts {
+				msgs = p.appendMessages(msgs)
+				priorDiags = append(priorDiags, p.header.Diagnostics...)
+			}
+			return msgs, nil
+		}
+	}
 	var b *replay.Builder
-	var turn []turnlog.Event // events since the last turn/end
+	var turn []turnlog.Event // events since the last settled one
+	inTurn := false
 	from := state.Next
 	for {
 		e, err := events.Next()
@@ -135,15 +157,30 @@ func replayRun(ctx context.Context, log Log, target turnlog.Adapter, startOver b
 			}
 		}
 		turn = append(turn, e)
-		if e.Type != turnlog.TypeTurnEnd {
+		// A turn's messages are settled at its turn/end; an event between
+		// turns (a compaction after a turn, a system message) is settled as
+		// it comes.
+		switch e.Type {
+		case turnlog.TypeTurnStart:
+			inTurn = true
+		case turnlog.TypeTurnEnd:
+			inTurn = false
+		}
+		if inTurn {
 			continue
 		}
 		if b == nil {
-			b = replay.NewBuilder(replay.Options{Target: counts.Target, Through: replay.Head, Open: state.Open,
+			b = replay.NewBuilder(replay.Options{Target: counts.Target, Through: replay.Head, Open: state.Open, Prior: prior,
 				OnDegrade: func(d replay.Diagnostic) { degraded = append(degraded, d) }})
 		}
 		for i := range turn {
 			b.Add(&turn[i])
+		}
+		if err := b.Err(); err != nil {
+			if errors.Is(err, ErrNotFound) || errors.Is(err, ErrUnusable) {
+				return Summary{}, fmt.Errorf("%w: %w", errPartsLost, err)
+			}
+			return Summary{}, err
 		}
 		turn = turn[:0]
 		state.Next = e.Seq + 1
@@ -168,10 +205,25 @@ func replayRun(ctx context.Context, log Log, target turnlog.Adapter, startOver b
 		}
 		sum.note(Diagnostic{Seq: d.Seq, Cause: cause, Message: d.Message})
 	}
+	counts.RunCompactions, counts.RunEdits = int64(res.Context.Compactions), int64(res.Context.Edits)
+	counts.Compactions += counts.RunCompactions
+	counts.Edits += counts.RunEdits
+	if res.Context.CompactionSeq >= 0 {
+		counts.LastCompactionSeq = &res.Context.CompactionSeq
+	}
 	sum.Replay = &counts
-	chain, err := extendParts(ctx, log, dir, stored, res.Messages, degraded)
+	partDiags := degraded
+	if res.Rebuilt {
+		stored, partDiags = nil, slices.Concat(priorDiags, degraded)
+	}
+	chain, err := extendParts(ctx, log, dir, stored, res.Messages, partDiags)
 	if err != nil {
 		return Summary{}, err
+	}
+	counts.ContextMessages = int64(len(state.Open.Tail()))
+	if len(chain) > 0 {
+		last := chain[len(chain)-1].ref
+		counts.ContextMessages += last.Start + last.Count
 	}
 	state.Parts = make([]partRef, 0, len(chain))
 	for _, l := range chain {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -65,10 +66,18 @@ func checkEverySplit(t *testing.T, r *rand.Rand, data []byte, target turnlog.Ada
 	lines := bytes.SplitAfter(data, []byte("\n"))
 	lines = lines[:len(lines)-1] // the empty tail after the last newline
 	var ends []int               // line index of each turn/end
+	// settled[i]: no turn is open after line i, so a run takes it in
+	settled := make([]bool, len(lines))
+	inTurn := false
 	for i, l := range lines {
-		if bytes.Contains(l, []byte(`"type":"turn/end"`)) {
+		switch {
+		case bytes.Contains(l, []byte(`"type":"turn/start"`)):
+			inTurn = true
+		case bytes.Contains(l, []byte(`"type":"turn/end"`)):
 			ends = append(ends, i)
+			inTurn = false
 		}
+		settled[i] = !inTurn
 	}
 	whole := map[int64][]byte{} // through a turn/end's seq: the transcript and counts
 	wholeAt := func(through int64) []byte {
@@ -125,9 +134,13 @@ func checkEverySplit(t *testing.T, r *rand.Rand, data []byte, target turnlog.Ada
 				M []replay.Message
 				C replay.Counts
 			}{stored.Messages, stored.Counts})
-			if want := wholeAt(wantSeq(lines[end])); !bytes.Equal(got, want) || sum.ThroughSeq != wantSeq(lines[end]) {
+			last := to - 1
+			for !settled[last] {
+				last--
+			}
+			if want := wholeAt(wantSeq(lines[last])); !bytes.Equal(got, want) || sum.ThroughSeq != wantSeq(lines[last]) {
 				t.Fatalf("%s, target %+v, runs stopping after turns %b: after the run through seq %d (summary through %d) the stored transcript differs from a whole replay:\n got %s\nwant %s\nlog:\n%s",
-					name, target, mask, wantSeq(lines[end]), sum.ThroughSeq, got, want, data)
+					name, target, mask, wantSeq(lines[last]), sum.ThroughSeq, got, want, data)
 			}
 		}
 	}
@@ -146,13 +159,60 @@ func wantSeq(line []byte) int64 {
 type splitGen struct {
 	r      *rand.Rand
 	events []string // without seq and time
+	base   int64    // the seq of events[0]
 	turns  int
 	ids    int
 	open   []string // call ids the next turn may answer
+	// messages are the seqs of the events that carry a message: what a
+	// compaction may keep from and an edit may change.
+	messages []int64
 }
 
 func (g *splitGen) add(format string, args ...any) {
 	g.events = append(g.events, fmt.Sprintf(format, args...))
+}
+
+// addMessage adds an event that carries a message.
+func (g *splitGen) addMessage(format string, args ...any) {
+	g.messages = append(g.messages, g.base+int64(len(g.events)))
+	g.add(format, args...)
+}
+
+// recent picks one of the last n message seqs.
+func (g *splitGen) recent(n int) (int64, bool) {
+	if len(g.messages) == 0 {
+		return 0, false
+	}
+	from := max(0, len(g.messages)-n)
+	return g.messages[from+g.r.IntN(len(g.messages)-from)], true
+}
+
+// context adds context events: inserted messages, compactions (some
+// keeping nothing, some cutting a turn), edits. turn is 0 between turns.
+func (g *splitGen) context(turn int) {
+	at := ""
+	if turn > 0 {
+		at = fmt.Sprintf(`,"turn":%d`, turn)
+	}
+	if g.r.Float64() < 0.15 {
+		g.addMessage(`"type":"context/message"%s,"origin":"bash","content":[{"type":"text","text":"Ran ls: %d files"}]`, at, g.r.IntN(100))
+	}
+	if g.r.Float64() < 0.12 {
+		self := g.base + int64(len(g.events))
+		kept, ok := g.recent(8)
+		if !ok || g.r.Float64() < 0.1 {
+			kept = self
+		}
+		system := ""
+		if g.r.Float64() < 0.5 {
+			system = `,"systemMessage":{"content":"the whole prompt","toolsAdded":[{"name":"grep"}]}`
+		}
+		g.addMessage(`"type":"context/compaction"%s,"content":[{"type":"text","text":"summary %d"}],"firstKeptSeq":%d,"tokensBefore":1000%s`, at, self, kept, system)
+	}
+	if target, ok := g.recent(10); ok && g.r.Float64() < 0.12 {
+		replacement := []string{`null`, `{"content":[{"type":"text","text":"edited"}]}`, `{"content":"edited as a string"}`}[g.r.IntN(3)]
+		g.add(`"type":"context/edit"%s,"targetSeq":%d,"replacement":%s`, at, target, replacement)
+	}
 }
 
 // log returns a log of n turns.
@@ -181,7 +241,8 @@ func (g *splitGen) fork(t *testing.T, data []byte) []byte {
 	}
 	// The child goes on from the cut: its turns continue the numbering, and
 	// calls its last turn left open may be answered.
-	g.events, g.turns = nil, int(p.CutTurn)
+	g.events, g.turns, g.base = nil, int(p.CutTurn), p.CutSeq+1
+	g.messages = slices.DeleteFunc(g.messages, func(s int64) bool { return s > p.CutSeq })
 	for range 1 + g.r.IntN(3) {
 		g.turn()
 	}
@@ -202,10 +263,10 @@ func (g *splitGen) render(seq int64) []byte {
 func (g *splitGen) results(turn int, ids []string) {
 	for _, id := range ids {
 		if g.r.Float64() < 0.85 {
-			g.add(`"type":"tool/result","turn":%d,"toolCallId":%q,"toolName":"grep","content":[{"type":"text","text":"ok"}],"isError":false`, turn, id)
+			g.addMessage(`"type":"tool/result","turn":%d,"toolCallId":%q,"toolName":"grep","content":[{"type":"text","text":"ok"}],"isError":false`, turn, id)
 		}
 		if g.r.Float64() < 0.05 {
-			g.add(`"type":"tool/result","turn":%d,"toolCallId":%q,"toolName":"grep","content":[],"isError":true`, turn, id)
+			g.addMessage(`"type":"tool/result","turn":%d,"toolCallId":%q,"toolName":"grep","content":[],"isError":true`, turn, id)
 		}
 	}
 }
@@ -215,8 +276,9 @@ func (g *splitGen) turn() {
 	n := g.turns
 	if g.r.Float64() < 0.3 {
 		// Between turns; held back when the last turn left calls open.
-		g.add(`"type":"system/message","content":"mode %d","sections":{"<env>":"<env>%d</env>"}`, n, n)
+		g.addMessage(`"type":"system/message","content":"mode %d","sections":{"<env>":"<env>%d</env>"}`, n, n)
 	}
+	g.context(0)
 	g.add(`"type":"turn/start","turn":%d`, n)
 	open := g.open
 	g.open = nil
@@ -224,7 +286,7 @@ func (g *splitGen) turn() {
 		g.results(n, open) // answers to the last turn's calls
 	}
 	if len(open) == 0 || g.r.Float64() < 0.4 {
-		g.add(`"type":"user/message","turn":%d,"content":[{"type":"text","text":"q%d"}]`, n, n)
+		g.addMessage(`"type":"user/message","turn":%d,"content":[{"type":"text","text":"q%d"}]`, n, n)
 	}
 	reason := "stop"
 	steps := 1 + g.r.IntN(3)
@@ -275,7 +337,7 @@ func (g *splitGen) turn() {
 			if state != "" {
 				msg += `,"replayState":` + state
 			}
-			g.add(`"type":"assistant/message","turn":%d,"response":%d,"message":%s}`, n, response, msg)
+			g.addMessage(`"type":"assistant/message","turn":%d,"response":%d,"message":%s}`, n, response, msg)
 		} else {
 			g.add(`"type":"response/start","turn":%d,"response":%d,"adapter":{"kind":"pi-ai","api":"anthropic-messages","provider":"anthropic","model":%q}`, n, response, model)
 			for i, b := range blocks {
@@ -297,7 +359,7 @@ func (g *splitGen) turn() {
 				if state != "" {
 					finish += `,"replayState":` + state
 				}
-				g.add("%s", finish)
+				g.addMessage("%s", finish)
 			}
 		}
 		if stop == "aborted" || stop == "error" {
@@ -310,7 +372,10 @@ func (g *splitGen) turn() {
 			break
 		}
 		if g.r.Float64() < 0.2 {
-			g.add(`"type":"system/message","turn":%d,"content":[{"type":"text","text":"tools changed"}],"toolsRemoved":[{"name":"grep"}]`, n)
+			g.addMessage(`"type":"system/message","turn":%d,"content":[{"type":"text","text":"tools changed"}],"toolsRemoved":[{"name":"grep"}]`, n)
+		}
+		if g.r.Float64() < 0.3 {
+			g.context(n) // inside the turn, between a tool call and its results
 		}
 		if response == steps-1 && g.r.Float64() < 0.6 {
 			g.open = ids // answered by the next turn

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"unicode/utf8"
 
+	"github.com/turnlog/turnlog/internal/replay"
+
 	"github.com/turnlog/turnlog/internal/turnlog"
 )
 
@@ -70,6 +72,26 @@ type ReplayCounts struct {
 	// DegradedSeqs lists degraded messages by cause, the first
 	// MaxSeqsPerCause of each.
 	DegradedSeqs map[string][]int64 `json:"degradedSeqs,omitempty"`
+	// ContextMessages is how many messages the stored transcript holds:
+	// what the next request is built from.
+	ContextMessages int64 `json:"contextMessages"`
+	// LastCompactionSeq is the seq of the last compaction replayed.
+	LastCompactionSeq *int64 `json:"lastCompactionSeq,omitempty"`
+	// Compactions and Edits count the compactions and context edits
+	// replayed so far; RunCompactions and RunEdits those of the last run.
+	Compactions    int64 `json:"compactions,omitempty"`
+	Edits          int64 `json:"edits,omitempty"`
+	RunCompactions int64 `json:"runCompactions,omitempty"`
+	RunEdits       int64 `json:"runEdits,omitempty"`
+}
+
+// context is the replay.ContextInfo of the whole transcript.
+func (c *ReplayCounts) context() replay.ContextInfo {
+	info := replay.ContextInfo{CompactionSeq: -1, Compactions: int(c.Compactions), Edits: int(c.Edits)}
+	if c.LastCompactionSeq != nil {
+		info.CompactionSeq = *c.LastCompactionSeq
+	}
+	return info
 }
 
 // Diagnostic is one problem with one message of the log.

@@ -64,23 +64,12 @@ const loadAttempts = 3
 // loadParallel is how many parts LoadTranscript reads at once.
 const loadParallel = 8
 
-func loadTranscript(ctx context.Context, log Log, target turnlog.Adapter) (Transcript, error) {
-	dir := replayDir(target)
-	var state replayState
-	found, err := loadReplayState(ctx, log, target, &state)
-	if err != nil {
-		return Transcript{}, err
-	}
-	if !found || state.Next == 0 {
-		return Transcript{}, &NotReplayedError{Want: -1, Through: -1}
-	}
-	if state.Summary.Replay == nil {
-		return Transcript{}, fmt.Errorf("read %s: %w: no replay counts", replayCheckpoint(target), ErrUnusable)
-	}
-	parts := make([]*part, len(state.Parts))
+// readParts reads and checks the parts refs lists, several at once.
+func readParts(ctx context.Context, log Log, dir string, refs []partRef) ([]*part, error) {
+	parts := make([]*part, len(refs))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(loadParallel)
-	for i, ref := range state.Parts {
+	for i, ref := range refs {
 		g.Go(func() error {
 			name := ref.name(dir)
 			data, err := log.GetDerived(gctx, name, 0)
@@ -94,6 +83,26 @@ func loadTranscript(ctx context.Context, log Log, target turnlog.Adapter) (Trans
 		})
 	}
 	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return parts, nil
+}
+
+func loadTranscript(ctx context.Context, log Log, target turnlog.Adapter) (Transcript, error) {
+	dir := replayDir(target)
+	var state replayState
+	found, err := loadReplayState(ctx, log, target, &state)
+	if err != nil {
+		return Transcript{}, err
+	}
+	if !found || state.Next == 0 {
+		return Transcript{}, &NotReplayedError{Want: -1, Through: -1}
+	}
+	if state.Summary.Replay == nil {
+		return Transcript{}, fmt.Errorf("read %s: %w: no replay counts", replayCheckpoint(target), ErrUnusable)
+	}
+	parts, err := readParts(ctx, log, dir, state.Parts)
+	if err != nil {
 		return Transcript{}, err
 	}
 	c := state.Summary.Replay
@@ -101,6 +110,7 @@ func loadTranscript(ctx context.Context, log Log, target turnlog.Adapter) (Trans
 		Result: replay.Result{
 			ThroughSeq: state.Next - 1,
 			Counts:     replay.Counts{Native: int(c.Native), Foreign: int(c.Foreign), Degraded: int(c.Degraded), OrphanToolResults: int(c.OrphanToolResults)},
+			Context:    c.context(),
 		},
 	}
 	messages, diagnostics := 0, 0

@@ -79,17 +79,36 @@ func checkParts(refs []partRef) error {
 // length of each message's line, by column (which decodes faster than an
 // object per message), and the diagnostics of its degraded messages.
 type partHeader struct {
-	Start       int64               `json:"start"`
-	Seqs        []int64             `json:"seqs"`
-	Roles       []string            `json:"roles"`
-	Replay      []replay.Mode       `json:"replay"`
-	Synthetic   []bool              `json:"synthetic"`
+	Start     int64         `json:"start"`
+	Seqs      []int64       `json:"seqs"`
+	Roles     []string      `json:"roles"`
+	Replay    []replay.Mode `json:"replay"`
+	Synthetic []bool        `json:"synthetic"`
+	// Origins is absent from parts that no message with an origin was ever
+	// in (every part written before there were context events).
+	Origins     []string            `json:"origins,omitempty"`
 	Bytes       []int               `json:"bytes"`
 	Diagnostics []replay.Diagnostic `json:"diagnostics"`
 }
 
 func newHeader(start int64) partHeader {
 	return partHeader{Start: start, Seqs: []int64{}, Roles: []string{}, Replay: []replay.Mode{}, Synthetic: []bool{}, Bytes: []int{}, Diagnostics: []replay.Diagnostic{}}
+}
+
+// origin is the i-th message's origin.
+func (h *partHeader) origin(i int) string {
+	if h.Origins == nil {
+		return ""
+	}
+	return h.Origins[i]
+}
+
+// origins is the Origins column, n messages long when one is needed.
+func origins(h *partHeader) []string {
+	if h.Origins == nil {
+		return make([]string, h.count())
+	}
+	return h.Origins
 }
 
 func (h *partHeader) count() int { return len(h.Seqs) }
@@ -101,12 +120,19 @@ func (h *partHeader) add(m replay.Message, n int) {
 	h.Replay = append(h.Replay, m.Replay)
 	h.Synthetic = append(h.Synthetic, m.Synthetic)
 	h.Bytes = append(h.Bytes, n)
+	if m.Origin != "" && h.Origins == nil {
+		h.Origins = make([]string, h.count()-1, h.count())
+	}
+	if h.Origins != nil {
+		h.Origins = append(h.Origins, m.Origin)
+	}
 }
 
 // columnsAgree reports whether every column lists every message.
 func (h *partHeader) columnsAgree() bool {
 	n := h.count()
-	return len(h.Roles) == n && len(h.Replay) == n && len(h.Synthetic) == n && len(h.Bytes) == n
+	return len(h.Roles) == n && len(h.Replay) == n && len(h.Synthetic) == n && len(h.Bytes) == n &&
+		(h.Origins == nil || len(h.Origins) == n)
 }
 
 // part is a part in memory: its header and its message lines.
@@ -161,6 +187,10 @@ func newParts(start int64, msgs []replay.Message, diags []replay.Diagnostic) ([]
 // merge returns a part holding a's messages then b's.
 func merge(a, b *part) *part {
 	x, y := &a.header, &b.header
+	var originsColumn []string
+	if x.Origins != nil || y.Origins != nil {
+		originsColumn = slices.Concat(origins(x), origins(y))
+	}
 	return &part{
 		header: partHeader{
 			Start:       x.Start,
@@ -168,6 +198,7 @@ func merge(a, b *part) *part {
 			Roles:       slices.Concat(x.Roles, y.Roles),
 			Replay:      slices.Concat(x.Replay, y.Replay),
 			Synthetic:   slices.Concat(x.Synthetic, y.Synthetic),
+			Origins:     originsColumn,
 			Bytes:       slices.Concat(x.Bytes, y.Bytes),
 			Diagnostics: slices.Concat(x.Diagnostics, y.Diagnostics),
 		},
@@ -204,7 +235,7 @@ func decodePart(data []byte, ref partRef) (*part, error) {
 	}
 	h := &p.header
 	if !h.columnsAgree() {
-		return nil, fmt.Errorf("line 1: the header lists %d seqs, %d roles, %d replay modes, %d synthetic flags and %d lengths", len(h.Seqs), len(h.Roles), len(h.Replay), len(h.Synthetic), len(h.Bytes))
+		return nil, fmt.Errorf("line 1: the header lists %d seqs, %d roles, %d replay modes, %d synthetic flags, %d origins and %d lengths", len(h.Seqs), len(h.Roles), len(h.Replay), len(h.Synthetic), len(h.Origins), len(h.Bytes))
 	}
 	if h.Start != ref.Start || int64(h.count()) != ref.Count || int64(len(body)) != ref.Bytes {
 		return nil, fmt.Errorf("line 1: the part holds %d messages (%d bytes) from message %d; the checkpoint lists %d (%d bytes) from %d",
@@ -230,7 +261,7 @@ func (p *part) appendMessages(out []replay.Message) []replay.Message {
 	h, off := &p.header, 0
 	for i, n := range h.Bytes {
 		out = append(out, replay.Message{Seq: h.Seqs[i], Role: h.Roles[i], Replay: h.Replay[i], Synthetic: h.Synthetic[i],
-			Message: json.RawMessage(p.body[off : off+n : off+n])})
+			Origin: h.origin(i), Message: json.RawMessage(p.body[off : off+n : off+n])})
 		off += n + 1
 	}
 	return out

