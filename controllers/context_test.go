@@ -107,7 +107,8 @@ var _ = Describe("Long sessions", Ordered, func() {
 	It("forks before a compaction into an uncompacted child, and after it into a compacted one with the system prompt in force", func() {
 		for _, tt := range []struct{ name, at, want string }{
 			{"long-before", "10", "1:system 3:user 4:assistant 7:user 8:assistant 11:user 12:assistant"},
-			{"long-after", "16", "14:system/compaction 14:user/compaction 11:user 12:assistant 16:user 17:assistant"},
+			{"long-at", "14", "14:system/compaction 14:user/compaction 11:user 12:assistant 16:user 17:assistant"},
+			{"long-after", "16.1", "14:system/compaction 14:user/compaction 11:user 12:assistant 16:user 17:assistant"},
 			{"long-prompt", "21", "14:system/compaction 14:user/compaction 11:user 12:assistant 16:user 17:assistant 19:system 21:user 22:assistant"},
 		} {
 			Expect(k8sClient.Create(ctx, newFork(ns, tt.name, "long", tt.at))).To(Succeed())
