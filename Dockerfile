@@ -4,6 +4,7 @@ FROM golang:1.26 AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
+COPY agenthost/ agenthost/
 COPY api/ api/
 COPY cmd/ cmd/
 COPY controllers/ controllers/
