@@ -33,7 +33,7 @@ func compactedLog() []byte {
 		`"type":"context/compaction","content":[{"type":"text","text":"Two questions were answered."}],"firstKeptSeq":11,"tokensBefore":4000,"systemMessage":{"content":"You are a support agent."}`,
 		`"type":"turn/start","turn":4`, `"type":"user/message","turn":4,"content":"question 4"`,
 		`"type":"assistant/message","turn":4,"response":0,"message":{"content":[{"type":"text","text":"answer 4"}],"api":"anthropic-messages","provider":"anthropic","model":"claude-sonnet-4-5","stopReason":"stop"}`,
-		`"type":"turn/end","turn":4,"reason":"stop"`, // 18
+		`"type":"turn/end","turn":4,"reason":"stop"`,                      // 18
 		`"type":"system/message","content":"Escalate billing questions."`, // 19
 		`"type":"turn/start","turn":5`, `"type":"user/message","turn":5,"content":"question 5"`,
 		`"type":"assistant/message","turn":5,"response":0,"message":{"content":[{"type":"text","text":"answer 5"}],"api":"anthropic-messages","provider":"anthropic","model":"claude-sonnet-4-5","stopReason":"stop"}`,

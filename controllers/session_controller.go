@@ -376,6 +376,7 @@ func retryBackoff(failures int32) time.Duration {
 
 // patchStatus writes the status once, from what the steps found.
 func (r *SessionReconciler) patchStatus(ctx context.Context, s *sessionScope, reconcileErr error) error {
+	r.reportRefused(s)
 	base := s.session.DeepCopy()
 	base.Status = s.before
 	setSessionConditions(s)

@@ -226,15 +226,34 @@ func ReadStoresFile(path string) ([]StoreConfig, error) {
 	return out, nil
 }
 
+const (
+	// ReasonObjectRefused (Ready=False): the Session's root in a file://
+	// store holds a symbolic link or a special file (a FIFO, a device, a
+	// socket) where a directory or an object of the log or of its derived
+	// data should be. The store neither follows nor opens it; the message
+	// names its key.
+	ReasonObjectRefused = "ObjectRefused"
+	// EventObjectRefused (Warning, on the Session): raised once per
+	// refusal, with the Ready condition's message.
+	EventObjectRefused = "ObjectRefused"
+)
+
 // storeProblem is the Ready condition for a store that failed: a stable
 // message naming the store and what was being done, and the reason. The
 // backend's own error, which may quote hosts, paths, response bodies or
 // credentials' names, goes to the manager's log only; errors about the
-// log's data are turnlog's own and shown as they are.
+// log's data are turnlog's own and shown as they are, and so is an entry
+// the file store refused, named by its key (never by a host path or by
+// where a link points).
 func storeProblem(ctx context.Context, storeName, doing string, err error) *condition {
 	var notFound *StoreNotFoundError
 	if errors.As(err, &notFound) {
 		return &condition{turnlogv1.ReasonStoreNotFound, notFound.Error()}
+	}
+	if refused, ok := errors.AsType[*store.RefusedError](err); ok {
+		return &condition{ReasonObjectRefused, fmt.Sprintf(
+			"%s: store %q refused %s: it is %s; a Session's root in a file:// store may hold only regular files and directories, and nothing else is followed or opened",
+			doing, storeName, truncate(refused.At, 400), refused.Kind)}
 	}
 	var data *sessionlog.DataError
 	if errors.As(err, &data) {
@@ -255,5 +274,20 @@ func storeFailure(err error) string {
 		return "lacks an object the log needs"
 	default:
 		return "could not be used"
+	}
+}
+
+// reportRefused raises the one Warning ObjectRefused Event of a Session
+// whose Ready condition is ObjectRefused, and forgets it once the Session
+// is no longer refused, so that a refusal that comes back is announced
+// again.
+func (r *SessionReconciler) reportRefused(s *sessionScope) {
+	const task = "refused"
+	if s.ready == nil || s.ready.reason != ReasonObjectRefused {
+		r.reported.Delete(string(s.session.UID) + "/" + task)
+		return
+	}
+	if r.firstReport(s.session, task, s.ready.message) {
+		r.Recorder.Eventf(s.session, nil, "Warning", EventObjectRefused, "Read", "%s", truncate(s.ready.message, maxNote))
 	}
 }

@@ -2,6 +2,8 @@ package controllers
 
 import (
 	"bytes"
+	"errors"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -9,12 +11,14 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -45,6 +49,7 @@ var _ = Describe("Tenants", Ordered, func() {
 		stores       *BucketCache
 		sio          *SessionIO
 		storeDir     string
+		outsideDir   string
 		attacker     *listener
 		backend      *httptest.Server
 		backendHits  atomic.Int32
@@ -64,6 +69,8 @@ var _ = Describe("Tenants", Ordered, func() {
 		DeferCleanup(backend.Close)
 
 		storeDir = GinkgoT().TempDir()
+		// A directory of the manager's that is not the store's.
+		outsideDir = GinkgoT().TempDir()
 		var err error
 		stores, err = NewBucketCache([]StoreConfig{
 			{Name: "default", URL: "file://" + storeDir, Prefix: "tenants"},
@@ -256,6 +263,138 @@ var _ = Describe("Tenants", Ordered, func() {
 		Expect(exportLog(sio, teamB, "victim")).To(Equal(string(log)))
 	})
 
+	// A host writes its own Session's root in the file:// store directly,
+	// so it can put a symbolic link there, into another namespace's root or
+	// out of the store, or a FIFO where a segment goes. The manager, which
+	// can read and write every namespace's roots, must refuse each with a
+	// reason and one Event, fork nothing from it, delete nothing through it,
+	// and never block on it.
+	var (
+		target                   *turnlogv1.Session
+		targetRoot, outside      string
+		targetSeg0, targetBefore string
+		targetFiles              map[string]string
+	)
+	// theTarget is bob's Session that alice's links point to, and a file
+	// outside the store, both written once.
+	theTarget := func() {
+		GinkgoHelper()
+		if target != nil {
+			return
+		}
+		_, _, err := sio.Import(ctx, teamB, "target", bytes.NewReader(readLog("model-switch.jsonl")))
+		Expect(err).NotTo(HaveOccurred())
+		target = waitReady(teamB, "target")
+		targetRoot = filepath.Join("tenants", teamB, "target", string(target.UID))
+		targetSeg0 = filepath.Join(targetRoot, "log", "00000000000000000000.jsonl")
+		Expect(filepath.Join(storeDir, targetSeg0)).To(BeARegularFile())
+		outside = filepath.Join(outsideDir, "outside.jsonl")
+		Expect(os.WriteFile(outside, readLog("model-switch.jsonl"), 0o644)).To(Succeed())
+		targetBefore = exportLog(sio, teamB, "target")
+		targetFiles = fileTree(filepath.Join(storeDir, targetRoot), outsideDir)
+	}
+	const seg0 = "00000000000000000000.jsonl"
+	// replace removes the file or directory at rel, a path relative to the
+	// store's directory, and has put put something else there.
+	replace := func(rel string, put func(path string) error) {
+		GinkgoHelper()
+		p := filepath.Join(storeDir, rel)
+		Expect(os.RemoveAll(p)).To(Succeed())
+		Expect(put(p)).To(Succeed())
+	}
+	for _, c := range []struct {
+		name string
+		// plant turns alice's Session root (relative to the store's
+		// directory) into the attack and returns the key of the entry that
+		// must be refused.
+		plant func(root string) string
+		kind  string
+	}{
+		{"segment-link", func(root string) string {
+			at := filepath.Join(root, "log", seg0)
+			replace(at, func(p string) error { return os.Symlink(relTo(filepath.Dir(at), targetSeg0), p) })
+			return at
+		}, "a symbolic link"},
+		{"log-link", func(root string) string {
+			at := filepath.Join(root, "log")
+			replace(at, func(p string) error { return os.Symlink(relTo(root, filepath.Join(targetRoot, "log")), p) })
+			return at
+		}, "a symbolic link"},
+		{"root-link", func(root string) string {
+			replace(root, func(p string) error { return os.Symlink(relTo(filepath.Dir(root), targetRoot), p) })
+			return root
+		}, "a symbolic link"},
+		{"outside-link", func(root string) string {
+			at := filepath.Join(root, "log", seg0)
+			replace(at, func(p string) error { return os.Symlink(outside, p) })
+			return at
+		}, "a symbolic link"},
+		{"fifo", func(root string) string {
+			at := filepath.Join(root, "log", seg0)
+			replace(at, func(p string) error { return syscall.Mkfifo(p, 0o644) })
+			return at
+		}, "a named pipe (FIFO)"},
+	} {
+		It("refuses a Session root's "+c.name+", forks nothing from it and deletes nothing through it", func() {
+			theTarget()
+			name := "refused-" + c.name
+			_, _, err := sio.Import(ctx, teamA, name, bytes.NewReader(readLog("aborted-turn.jsonl")))
+			Expect(err).NotTo(HaveOccurred())
+			s := waitReady(teamA, name)
+			Expect(filepath.Join(storeDir, "tenants", teamA, name, string(s.UID), "log", seg0)).To(BeARegularFile())
+
+			By("planting " + c.kind + " and nudging the Session, as its host can")
+			at := c.plant(filepath.Join("tenants", teamA, name, string(s.UID)))
+			base := s.DeepCopy()
+			s.Annotations[turnlogv1.AnnotationRequestedAt] = time.Now().UTC().Format(time.RFC3339Nano)
+			Expect(alice.Patch(ctx, s, client.MergeFrom(base))).To(Succeed())
+
+			By("refusing it: Ready=False, ObjectRefused, naming the entry and what it is")
+			Eventually(func(g Gomega) {
+				s := getSession(teamA, name)(g)
+				g.Expect(cond(s.Status.Conditions, turnlogv1.ConditionReady)).To(Equal("False/" + ReasonObjectRefused))
+				ready := meta.FindStatusCondition(s.Status.Conditions, turnlogv1.ConditionReady)
+				g.Expect(ready.Message).To(ContainSubstring(`store "default" refused ` + at + ": it is " + c.kind))
+				g.Expect(ready.Message).NotTo(ContainSubstring(storeDir))
+				g.Expect(ready.Message).NotTo(ContainSubstring(outside))
+			}).Should(Succeed())
+			oneEvent := And(HaveField("Type", "Warning"), HaveField("Series", BeNil()),
+				HaveField("Note", ContainSubstring("refused "+at+": it is "+c.kind)))
+			Eventually(sessionEvents(teamA, name, EventObjectRefused)).Should(ConsistOf(oneEvent))
+			// The controller keeps looking, with backoff; the Event is not
+			// raised again (a repeat would turn it into a series).
+			Consistently(sessionEvents(teamA, name, EventObjectRefused)).WithTimeout(3 * time.Second).Should(ConsistOf(oneEvent))
+
+			By("forking it: nothing is copied, no child is made")
+			Expect(alice.Create(ctx, newFork(teamA, name+"-fork", name, "9"))).To(Succeed())
+			Eventually(func(g Gomega) {
+				f := getFork(teamA, name+"-fork")(g)
+				g.Expect(cond(f.Status.Conditions, turnlogv1.ConditionSucceeded)).To(Equal("Unknown/Forking"))
+				g.Expect(meta.FindStatusCondition(f.Status.Conditions, turnlogv1.ConditionSucceeded).Message).To(ContainSubstring("refused " + at))
+			}).Should(Succeed())
+			Consistently(func(g Gomega) {
+				err := k8sClient.Get(ctx, client.ObjectKey{Namespace: teamA, Name: name + "-fork"}, &turnlogv1.Session{})
+				g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the fork made a child: %v", err)
+				g.Expect(filepath.Join(storeDir, "tenants", teamA, name+"-fork")).NotTo(BeAnExistingFile())
+			}).WithTimeout(2 * time.Second).Should(Succeed())
+			Expect(alice.Delete(ctx, &turnlogv1.SessionFork{ObjectMeta: metav1.ObjectMeta{Name: name + "-fork", Namespace: teamA}})).To(Succeed())
+
+			By("deleting it with retention Delete: the entry itself goes, nothing it points to")
+			Expect(alice.Delete(ctx, &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: teamA}})).To(Succeed())
+			Eventually(func() bool {
+				return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKey{Namespace: teamA, Name: name}, &turnlogv1.Session{}))
+			}).Should(BeTrue())
+			Expect(sessionEvents(teamA, name, turnlogv1.EventLogOrphaned)(Default)).To(BeEmpty())
+			_, err = os.Lstat(filepath.Join(storeDir, at))
+			Expect(errors.Is(err, fs.ErrNotExist)).To(BeTrue(), "the refused entry is still there: %v", err)
+
+			By("leaving the other namespace's Session and the outside file byte for byte as they were")
+			Expect(fileTree(filepath.Join(storeDir, targetRoot), outsideDir)).To(Equal(targetFiles))
+			Expect(exportLog(sio, teamB, "target")).To(Equal(targetBefore))
+			Expect(cond(getSession(teamB, "target")(Default).Status.Conditions, turnlogv1.ConditionReady)).To(Equal("True/Current"))
+		})
+	}
+
 	It("refuses edits of storage and retention, which would move or orphan the log", func() {
 		s := &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Name: "settled", Namespace: teamA},
 			Spec: turnlogv1.SessionSpec{Storage: turnlogv1.SessionStorage{Store: "broken"}, Retention: turnlogv1.RetentionDelete}}
@@ -340,6 +479,43 @@ var _ = Describe("Tenants", Ordered, func() {
 		Expect(err).To(MatchError(ContainSubstring(path + `:3: store logs: open bucket s3://b?region=us-east-1&profile=admin: parameter "profile" is not supported`)))
 	})
 })
+
+// relTo is the relative link from the directory dir to target, both
+// relative to the same directory.
+func relTo(dir, target string) string {
+	GinkgoHelper()
+	rel, err := filepath.Rel(dir, target)
+	Expect(err).NotTo(HaveOccurred())
+	return rel
+}
+
+// fileTree maps every file, link and special file under dirs to its
+// content (a link to its target), so that two trees are equal only if
+// nothing under them changed.
+func fileTree(dirs ...string) map[string]string {
+	GinkgoHelper()
+	out := map[string]string{}
+	for _, d := range dirs {
+		Expect(filepath.WalkDir(d, func(path string, e fs.DirEntry, err error) error {
+			switch {
+			case err != nil:
+				return err
+			case e.Type()&fs.ModeSymlink != 0:
+				target, err := os.Readlink(path)
+				out[path] = "link to " + target
+				return err
+			case e.Type().IsRegular():
+				data, err := os.ReadFile(path)
+				out[path] = string(data)
+				return err
+			case !e.IsDir():
+				out[path] = e.Type().String()
+			}
+			return nil
+		})).To(Succeed())
+	}
+	return out
+}
 
 // tenant gives user everything on Sessions and SessionForks in ns, and
 // nothing else, and returns a client that acts as that user.

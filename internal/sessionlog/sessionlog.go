@@ -213,6 +213,12 @@ func (l *Log) derivedKey(name string) (string, error) {
 // Delete removes every object of the session at loc and returns how many it
 // removed. It lists exactly loc's root, which ends in '/', so another
 // session's objects are never touched.
+//
+// A symbolic link or special file a host put in the root of a file://
+// store (the listing reports it, store.ErrRefused) is removed itself,
+// never what it points to, so the root can be cleaned; one in place of a
+// directory above the root is not the session's to remove, and fails the
+// deletion.
 func (s *Store) Delete(ctx context.Context, loc Location) (int, error) {
 	root, err := loc.Root()
 	if err != nil {
@@ -223,6 +229,10 @@ func (s *Store) Delete(ctx context.Context, loc Location) (int, error) {
 	var keys []string
 	for o, err := range s.bucket.List(ctx, root) {
 		if err != nil {
+			if errors.Is(err, store.ErrRefused) && (o.Key+"/" == root || strings.HasPrefix(o.Key, root)) {
+				keys = append(keys, o.Key)
+				continue
+			}
 			return 0, fmt.Errorf("delete %s: %w", loc, err)
 		}
 		keys = append(keys, o.Key)

@@ -17,9 +17,8 @@ import (
 	gcaws "gocloud.dev/aws"
 	"gocloud.dev/blob"
 	_ "gocloud.dev/blob/azureblob" // azblob://
-	"gocloud.dev/blob/fileblob"
-	_ "gocloud.dev/blob/gcsblob" // gs://
-	_ "gocloud.dev/blob/memblob" // mem://
+	_ "gocloud.dev/blob/gcsblob"   // gs://
+	_ "gocloud.dev/blob/memblob"   // mem://
 	"gocloud.dev/blob/s3blob"
 )
 
@@ -158,11 +157,11 @@ func openFile(u *url.URL) (Bucket, error) {
 			return nil, fmt.Errorf("open bucket %s: %w", u.Redacted(), err)
 		}
 	}
-	b, err := fileblob.OpenBucket(u.Path, nil)
+	b, err := openFileBucket(u.Path)
 	if err != nil {
 		return nil, fmt.Errorf("open bucket %s: %w", u.Redacted(), err)
 	}
-	return &fileBucket{blobBucket: blobBucket{b: b}, root: u.Path}, nil
+	return b, nil
 }
 
 func openS3(ctx context.Context, u *url.URL, opts *Options) (Bucket, error) {

@@ -1,6 +1,6 @@
 // Package store is the object-storage interface turnlog owns, with backends
-// opened by URL through gocloud.dev/blob: mem://, file://, s3://, gs:// and
-// azblob://.
+// opened by URL: mem://, s3://, gs:// and azblob:// through gocloud.dev/blob,
+// and file:// by its own code, confined to its directory (see fileBucket).
 //
 // The interface is deliberately small. Its one non-obvious operation is
 // PutIfAbsent: a create that fails with ErrExists when the key is taken, so two
@@ -9,8 +9,9 @@
 // by a conditional request); see docs/log-format.md, "Storage layout".
 //
 // Errors are classified into a few sentinels that callers test with
-// errors.Is: ErrNotFound, ErrExists, and the retryable ErrConflict,
-// ErrUnavailable and ErrTimeout (see IsRetryable).
+// errors.Is: ErrNotFound, ErrExists, ErrRefused (the file backend's
+// *RefusedError), and the retryable ErrConflict, ErrUnavailable and
+// ErrTimeout (see IsRetryable).
 package store
 
 import (
@@ -39,7 +40,41 @@ var (
 	// ErrTimeout: the request timed out. Whether a write took effect is
 	// unknown.
 	ErrTimeout = errors.New("storage request timed out")
+	// ErrRefused: the file backend found a symbolic link or a special file
+	// (a FIFO, a device, a socket) where a key's object or one of its
+	// directories should be, and neither followed nor opened it. The error
+	// is a *RefusedError naming the entry. Not retryable: it stays until
+	// whoever put the entry there removes it.
+	ErrRefused = errors.New("refused: not a regular file or directory")
 )
+
+// RefusedError is the file backend's ErrRefused. Its message names keys
+// only, never a path on the host or where a link points.
+type RefusedError struct {
+	// Op is the operation ("get", "read", "attributes", "create", "put",
+	// "copy", "list", "delete") and Key the key (for List, the prefix) it
+	// was asked for.
+	Op, Key string
+	// At is the key of the entry refused: Key itself, one of its
+	// directories, its metadata sidecar (Key + ".attrs"), or, for List, an
+	// entry under the prefix.
+	At string
+	// Kind says what the entry is: "a symbolic link", "a named pipe
+	// (FIFO)", "a socket", "a device", or "an entry that changed while it
+	// was being opened" when it was swapped between being looked at and
+	// being opened.
+	Kind string
+}
+
+func (e *RefusedError) Error() string {
+	what := fmt.Sprintf("%q is %s", e.At, e.Kind)
+	if e.At == e.Key {
+		what = "it is " + e.Kind
+	}
+	return fmt.Sprintf("%s %q: refused: %s; the file store opens only regular files and directories and follows no symbolic links", e.Op, e.Key, what)
+}
+
+func (e *RefusedError) Is(target error) bool { return target == ErrRefused }
 
 // IsRetryable reports whether err is transient: repeating the request may
 // succeed. A retried write must tolerate that the first attempt may have
@@ -87,9 +122,14 @@ type Bucket interface {
 	// service allows it.
 	Copy(ctx context.Context, dst, src string) error
 	// List yields the objects whose keys start with prefix, in ascending key
-	// order. Iteration stops at the first error, which is yielded.
+	// order. Iteration stops at the first error, which is yielded, with one
+	// exception: the file backend yields each symbolic link or special file
+	// it meets as an ErrRefused error with the entry's key in Object.Key,
+	// without following it, and goes on if the caller does.
 	List(ctx context.Context, prefix string) iter.Seq2[Object, error]
-	// Delete removes key; ErrNotFound if it does not exist.
+	// Delete removes key; ErrNotFound if it does not exist. On the file
+	// backend a key that is a symbolic link or a special file is removed
+	// itself, never what a link points to.
 	Delete(ctx context.Context, key string) error
 	Close() error
 }
