@@ -78,6 +78,10 @@ verify-generated: ## Fail if generated code or manifests differ from the tree.
 build: ## Build bin/turnlog.
 	$(GO) build -o $(BIN_DIR)/turnlog ./cmd/turnlog
 
+.PHONY: build-plugin
+build-plugin: ## Build bin/kubectl-turnlog, the kubectl plugin: on PATH, `kubectl turnlog ...` (docs/kubectl-plugin.md).
+	$(GO) build -o $(BIN_DIR)/kubectl-turnlog ./cmd/kubectl-turnlog
+
 .PHONY: vet
 vet:
 	$(GO) vet ./...
@@ -108,6 +112,11 @@ SCALE_FLAGS ?= -scale.manager-args='--poll-interval=1s --max-poll-interval=1m' -
 bench-scale: control-plane ## Measure the manager at SCALE_N Sessions: memory, requests, restart, append latency (docs/benchmarks.md).
 	KUBEBUILDER_ASSETS=$(CONTROL_PLANE_DIR) $(GO) test ./test/scale/ -run TestScale -count=1 -timeout 8h -v -args -scale.n=$(SCALE_N) -scale.out=$(CURDIR)/bin/scale.jsonl $(SCALE_FLAGS)
 
+FLOOD_ROWS ?= quiet,nudges,forks,delete,slow
+.PHONY: bench-flood
+bench-flood: control-plane ## Measure one namespace's flood against another's appends: latency, manager CPU and memory (docs/benchmarks.md).
+	KUBEBUILDER_ASSETS=$(CONTROL_PLANE_DIR) $(GO) test ./test/scale/ -run TestFlood -count=1 -timeout 2h -v -args -flood.rows=$(FLOOD_ROWS) -flood.out=$(CURDIR)/bin/flood.jsonl $(FLOOD_FLAGS)
+
 .PHONY: scale-plot
 scale-plot: ## Plot bin/scale.jsonl (from bench-scale) into docs/scale.tsv and docs/scale.png (needs jq, gnuplot).
 	jq -r '[.sessions, .idleRssMiB, .peakRssMiB, .restartRssMiB, .readySeconds, .restartSeconds] | @tsv' bin/scale.jsonl > docs/scale.tsv
@@ -129,6 +138,22 @@ deploy: manifests ## Install CRDs, RBAC and the manager (image IMG) into the clu
 	@# DEPLOY_DIR outside the module too.
 	kustomize=$$($(KUSTOMIZE_TOOLS) -n kustomize) && cd $(DEPLOY_DIR)/manager && "$$kustomize" edit set image turnlog=$(IMG)
 	$(KUSTOMIZE) build $(DEPLOY_DIR)/default | $(KUBECTL) apply -f -
+
+# INSTALLER is the one-file install build-installer writes: a release
+# attaches it, and the end-to-end suite installs the manager from it. The
+# image is set in a copy of config/, so the tree stays as it is.
+INSTALLER ?= dist/install.yaml
+
+.PHONY: build-installer
+build-installer: manifests ## Write INSTALLER (dist/install.yaml): CRDs, admission policy, RBAC and the manager (image IMG), for kubectl apply -f.
+	@copy=$$(mktemp -d); trap 'rm -rf "$$copy"' EXIT; \
+	cp -a config "$$copy"/; \
+	kustomize=$$($(KUSTOMIZE_TOOLS) -n kustomize); \
+	(cd "$$copy"/config/manager && "$$kustomize" edit set image turnlog=$(IMG)); \
+	mkdir -p "$$(dirname $(INSTALLER))"; \
+	"$$kustomize" build "$$copy"/config/default > $(INSTALLER).tmp; \
+	mv $(INSTALLER).tmp $(INSTALLER); \
+	echo "wrote $(INSTALLER) (image $(IMG))"
 
 .PHONY: undeploy
 undeploy: ## Remove what deploy installed (Sessions' objects in storage follow their retention policy).

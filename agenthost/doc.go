@@ -18,8 +18,11 @@
 // Log.Transcript returns the messages the workers stored for a target,
 // through the last turn/end they replayed, byte for byte what
 // `turnlog replay` prints for the same log; Log.WaitTranscript waits until
-// they have replayed through a seq. ImportPiSession turns a pi-coding-agent
-// session file into a log.
+// they have replayed through a seq. ReadPiSession turns a pi-coding-agent
+// session file into events, ReadEvents reads a log file, and
+// Store.ImportSession writes either as a Session's log, as `turnlog import`
+// does. Store.Fork and ForkSession fork a Session; Log.Turns lists the
+// turns a fork can cut at.
 //
 // The event builders (TurnStart, UserText, TextDelta, ResponseFinish, ...)
 // take pi-ai shaped values, so a host does not write the log's JSON by hand.

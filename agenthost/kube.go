@@ -12,6 +12,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/sessionio"
+	"github.com/turnlog/turnlog/internal/sessionlog"
 )
 
 // OpenSession returns the log of the Session namespace/name, read through
@@ -33,8 +35,8 @@ func (s *Store) OpenSession(ctx context.Context, kube client.Client, namespace, 
 func (s *Store) sessionLog(kube client.Client, session *turnlogv1.Session) (*Log, error) {
 	// The store is the one the Session's spec.storage.store names on the
 	// manager; the host was given its URL and prefix.
-	loc := Location{Prefix: s.prefix, Namespace: session.Namespace, Session: session.Name, UID: string(session.UID)}
-	l, err := s.Log(loc)
+	loc := sessionio.Location(s.prefix, session)
+	l, err := s.Log(Location{Prefix: loc.Prefix, Namespace: loc.Namespace, Session: loc.Session, UID: loc.UID})
 	if err != nil {
 		return nil, err
 	}
@@ -73,22 +75,50 @@ func (s *Store) Fork(ctx context.Context, kube client.Client, namespace, source,
 			Target: turnlogv1.ForkTarget{Name: child},
 		},
 	}
-	if err := kube.Create(ctx, fork); err != nil && !apierrors.IsAlreadyExists(err) {
-		return nil, 0, fmt.Errorf("create SessionFork %s/%s: %w", namespace, child, err)
+	if err := ForkSession(ctx, kube, fork, nil); err != nil {
+		return nil, 0, err
+	}
+	l, err := s.OpenSession(ctx, kube, namespace, fork.Status.ChildName)
+	return l, *fork.Status.CutSeq, err
+}
+
+// ForkSession creates fork (a SessionFork; set GenerateName instead of Name
+// for a name the API server picks) and waits until the manager has made
+// its child, filling in fork's status: ChildName, CutSeq, CutTurn,
+// CutReason. It needs no object store. A SessionFork of that name that
+// exists already is waited for if it forks the same source at the same
+// atSeq, and an error otherwise. waiting, if not nil, is called each time
+// the reason the fork is not done yet changes (e.g. TurnInProgress: the
+// anchor's turn has not ended).
+func ForkSession(ctx context.Context, kube client.Client, fork *turnlogv1.SessionFork, waiting func(reason, message string)) error {
+	want := fork.Spec
+	if err := kube.Create(ctx, fork); apierrors.IsAlreadyExists(err) {
+		if err := kube.Get(ctx, client.ObjectKeyFromObject(fork), fork); err != nil {
+			return fmt.Errorf("SessionFork %s/%s: %w", fork.Namespace, fork.Name, err)
+		}
+		if fork.Spec.Source != want.Source || fork.Spec.AtSeq != want.AtSeq {
+			return fmt.Errorf("SessionFork %s/%s already exists and forks %s at %s, not %s at %s",
+				fork.Namespace, fork.Name, fork.Spec.Source.Name, fork.Spec.AtSeq, want.Source.Name, want.AtSeq)
+		}
+	} else if err != nil {
+		return fmt.Errorf("create SessionFork %s/%s%s: %w", fork.Namespace, fork.Name, fork.GenerateName, err)
 	}
 	t := time.NewTicker(pollInterval)
 	defer t.Stop()
+	last := ""
 	for {
 		if err := kube.Get(ctx, client.ObjectKeyFromObject(fork), fork); err != nil {
-			return nil, 0, fmt.Errorf("SessionFork %s/%s: %w", namespace, child, err)
+			return fmt.Errorf("SessionFork %s/%s: %w", fork.Namespace, fork.Name, err)
 		}
 		c := meta.FindStatusCondition(fork.Status.Conditions, turnlogv1.ConditionSucceeded)
 		switch {
 		case c != nil && c.Status == metav1.ConditionTrue && fork.Status.CutSeq != nil:
-			l, err := s.OpenSession(ctx, kube, namespace, fork.Status.ChildName)
-			return l, *fork.Status.CutSeq, err
+			return nil
 		case c != nil && c.Status == metav1.ConditionFalse:
-			return nil, 0, fmt.Errorf("SessionFork %s/%s failed: %s: %s", namespace, child, c.Reason, c.Message)
+			return fmt.Errorf("SessionFork %s/%s failed: %s: %s", fork.Namespace, fork.Name, c.Reason, c.Message)
+		case c != nil && waiting != nil && c.Reason != last:
+			last = c.Reason
+			waiting(c.Reason, c.Message)
 		}
 		select {
 		case <-ctx.Done():
@@ -96,7 +126,7 @@ func (s *Store) Fork(ctx context.Context, kube client.Client, namespace, source,
 			if c != nil {
 				why = strings.TrimSpace(c.Reason + ": " + c.Message)
 			}
-			return nil, 0, fmt.Errorf("SessionFork %s/%s not done (%s): %w", namespace, child, why, ctx.Err())
+			return fmt.Errorf("SessionFork %s/%s not done (%s): %w", fork.Namespace, fork.Name, why, context.Cause(ctx))
 		case <-t.C:
 		}
 	}
@@ -105,18 +135,44 @@ func (s *Store) Fork(ctx context.Context, kube client.Client, namespace, source,
 // Nudge asks the manager to look at the log now (the turnlog.dev/requested-at
 // annotation). It needs a log opened through Kubernetes; without one it does
 // nothing.
-func (l *Log) Nudge(ctx context.Context) error {
+func (l *Log) Nudge(ctx context.Context) error { return l.NudgeWith(ctx, nil) }
+
+// NudgeWith is Nudge that also sets annotations on the Session, in the same
+// patch: e.g. where an imported pi-coding-agent session came from
+// (PiSession.Annotations).
+func (l *Log) NudgeWith(ctx context.Context, annotations map[string]string) error {
 	if l.kube == nil {
 		return nil
 	}
-	stamp := time.Now().UTC().Format(time.RFC3339Nano)
-	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, turnlogv1.AnnotationRequestedAt, stamp)
-	s := &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: l.session.Namespace, Name: l.session.Name}}
-	if err := l.kube.Patch(ctx, s, client.RawPatch("application/merge-patch+json", patch)); err != nil {
-		return fmt.Errorf("nudge Session %s: %w", l.session, err)
-	}
-	return nil
+	return sessionio.Nudge(ctx, l.kube, l.session, annotations)
 }
 
 // nudge is the Appender's best-effort Nudge: the log is written either way.
 func (l *Log) nudge(ctx context.Context) { _ = l.Nudge(ctx) }
+
+// ImportSession creates the Session namespace/name if it does not exist
+// (with the defaults of its spec), writes events as its log, and nudges it,
+// setting annotations in the same patch. A Session whose log is not empty
+// is left alone, with an *AlreadyWrittenError. If only the nudge fails,
+// the log is returned with a *NudgeError: the manager sees the log at its
+// next poll. The events are usually read with ReadEvents or ReadPiSession
+// before, so a bad file creates nothing.
+func (s *Store) ImportSession(ctx context.Context, kube client.Client, namespace, name string, events []Event, annotations map[string]string) (*Log, error) {
+	var opened *Log
+	_, _, err := sessionio.Import(ctx, kube, func(_ context.Context, session *turnlogv1.Session) (*sessionlog.Log, error) {
+		l, err := s.sessionLog(kube, session)
+		if err != nil {
+			return nil, err
+		}
+		opened = l
+		return l.log, nil
+	}, namespace, name, ioEvents(events), annotations)
+	return opened, err
+}
+
+// AlreadyWrittenError: ImportSession found the Session's log not empty.
+type AlreadyWrittenError = sessionio.AlreadyWrittenError
+
+// NudgeError: the log was written, but the nudge after it failed; the
+// manager sees the log at its next poll.
+type NudgeError = sessionio.NudgeError

@@ -3,8 +3,8 @@ package agenthost
 import (
 	"context"
 	"io"
-	"math"
 
+	"github.com/turnlog/turnlog/internal/sessionio"
 	"github.com/turnlog/turnlog/internal/sessionlog"
 	"github.com/turnlog/turnlog/internal/store"
 	"github.com/turnlog/turnlog/internal/worker"
@@ -125,46 +125,61 @@ func (l *Log) Head(ctx context.Context) (Head, error) {
 // Export writes the log as JSON Lines, the format `turnlog replay` and
 // `turnlog import` read.
 func (l *Log) Export(ctx context.Context, w io.Writer) error {
-	for e, err := range l.log.Read(ctx, 0, math.MaxInt64) {
-		if err != nil {
-			return err
-		}
-		if _, err := w.Write(append(e.Line, '\n')); err != nil {
-			return err
-		}
-	}
-	return nil
+	return sessionio.Export(ctx, l.log, w)
 }
 
 func (l *Log) workerLog() worker.Log { return worker.StoreLog{Log: l.log} }
 
-// importSegmentBytes is roughly how much one segment of an import holds.
-// Segments end at a turn/end, so finding the head reads one or two
-// segments, not the log.
-const importSegmentBytes = 256 << 10
-
 // Import writes events as the log of an empty Session (a pi-coding-agent
 // session read with ReadPiSession, say), in segments that end at a
-// turn/end. If the log is not empty it writes nothing and returns a
-// *StaleWriterError.
+// turn/end, and nudges the Session. If the log is not empty it writes
+// nothing and returns an error wrapping a *StaleWriterError.
 func (l *Log) Import(ctx context.Context, events []Event) error {
-	a := l.AppenderAt(0, AppenderOptions{FlushInterval: -1, NoNudge: true})
-	size := 0
-	for _, e := range events {
-		a.mu.Lock()
-		a.pending = append(a.pending, e)
-		a.mu.Unlock()
-		size += len(e.data)
-		if e.typ == "turn/end" && size >= importSegmentBytes {
-			if err := a.Flush(ctx); err != nil {
-				a.Close(ctx)
-				return err
-			}
-			size = 0
-		}
-	}
-	if err := a.Close(ctx); err != nil {
+	if err := l.AppendAt(ctx, 0, events); err != nil {
 		return err
 	}
 	return l.Nudge(ctx)
+}
+
+// AppendAt writes events, which must be a valid continuation of the log,
+// as its seqs next, next+1, ... in segments that end at a turn/end, for a
+// host that owns the log (see Log.AppenderAt). If another writer got to a
+// segment's seq first, it stops there with an error that wraps a
+// *StaleWriterError and says from which seq on nothing was written. It
+// does not nudge the Session.
+func (l *Log) AppendAt(ctx context.Context, next int64, events []Event) error {
+	return sessionio.Write(ctx, l.log, "", next, ioEvents(events))
+}
+
+// AppendFrom appends a log fragment read from r — JSON Lines as
+// `turnlog export` writes them, whose first seq is the log's next — and
+// nudges the Session. The fragment is checked as a continuation of the log
+// before anything is written. It returns the first seq written and how many
+// events.
+func (l *Log) AppendFrom(ctx context.Context, r io.Reader) (first, n int64, err error) {
+	return sessionio.Append(ctx, l.kube, l.session, l.log, r)
+}
+
+// ReadEvents reads a log fragment in JSON Lines, as `turnlog export` writes
+// it, whose first event has seq first (0 for a whole log), checked as
+// `turnlog validate` checks a log. The first problem fails the whole read,
+// with its line.
+func ReadEvents(r io.Reader, first int64) ([]Event, error) {
+	read, err := sessionio.ReadEvents(r, first)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Event, len(read))
+	for i, e := range read {
+		out[i] = Event{typ: e.Type, data: e.Body}
+	}
+	return out, nil
+}
+
+func ioEvents(events []Event) []sessionio.Event {
+	out := make([]sessionio.Event, len(events))
+	for i, e := range events {
+		out[i] = sessionio.Event{Type: e.typ, Body: e.data}
+	}
+	return out
 }

@@ -52,6 +52,9 @@ type SessionReconciler struct {
 	// timeout). 0 is no bound.
 	StoreTimeout time.Duration
 
+	// queue is the controller's fair queue (limits.go).
+	queue *fairQueue
+
 	// reported remembers the last results each Session's Events were raised
 	// for (key: UID, then the task or failed run), because the status a reconcile starts from
 	// may come from a cache that has not seen the previous reconcile's
@@ -90,6 +93,7 @@ func (r *SessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ 
 	if err := r.Get(ctx, req.NamespacedName, session); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	r.queue.reportHeld(req, session, r.Recorder)
 	if !session.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(ctx, session)
 	}
@@ -167,6 +171,14 @@ func (r *SessionReconciler) reconcileLog(ctx context.Context, s *sessionScope) e
 	s.log = worker.StoreLog{Log: log}
 	session.Status.Location = statusLocation(name, s.location)
 	s.head, err = log.Head(ctx)
+	if _, bad := errors.AsType[*sessionlog.DataError](err); bad && stillSeeding(session) {
+		// The SessionFork controller copies a prefix's segments several at
+		// a time, so until it is done the child's log may have gaps; it
+		// nudges the child when the copy is complete.
+		from := session.Spec.ForkedFrom
+		s.ready = &condition{turnlogv1.ReasonSeeding, fmt.Sprintf("copying seq 0..%d from Session %s", from.CutSeq, from.Session)}
+		return nil
+	}
 	if err != nil {
 		s.ready = storeProblem(ctx, name, "reading the log's head", err)
 		return err
@@ -184,6 +196,13 @@ func (r *SessionReconciler) reconcileLog(ctx context.Context, s *sessionScope) e
 		s.ready = &condition{turnlogv1.ReasonEmptyLog, "the log has no events yet"}
 	}
 	return nil
+}
+
+// stillSeeding: session is a fork's child whose status has never shown
+// its log reaching the cut.
+func stillSeeding(session *turnlogv1.Session) bool {
+	from := session.Spec.ForkedFrom
+	return from != nil && (session.Status.HeadSeq == nil || *session.Status.HeadSeq < from.CutSeq)
 }
 
 // reconcileDerived reads the checkpoints the workers left beside the log,
@@ -277,6 +296,15 @@ func (r *SessionReconciler) reconcileWork(ctx context.Context, s *sessionScope) 
 		out, err := r.Workers.Run(ctx, run)
 		if err != nil {
 			return err
+		}
+		if out.Queued {
+			// Not an attempt: status.worker keeps what it had.
+			s.ready = &condition{turnlogv1.ReasonWorkQueued, fmt.Sprintf("%s run %s waits for a worker slot: %s", run.Task, run.Name, out.Message)}
+			if r.firstReport(s.session, "queued", run.Name) {
+				r.Recorder.Eventf(s.session, nil, "Normal", turnlogv1.EventWorkQueued, "Run", "%s", s.ready.message)
+			}
+			s.result.RequeueAfter = jittered(slotRetry)
+			return nil
 		}
 		if st.Worker == nil || st.Worker.Name != run.Name {
 			st.Worker = &turnlogv1.WorkerRun{Task: string(run.Task), Name: run.Name}
@@ -416,5 +444,8 @@ func (r *SessionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.PodWorkers {
 		b = b.Owns(&batchv1.Job{})
 	}
-	return b.Complete(r)
+	if r.queue == nil {
+		r.queue = &fairQueue{}
+	}
+	return b.WithOptions(r.queue.options()).Complete(r)
 }

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"maps"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -44,6 +45,9 @@ type JobWorkers struct {
 	ActiveDeadlineSeconds int64
 	// TTLSecondsAfterFinished lets the Job controller remove finished Jobs.
 	TTLSecondsAfterFinished int32
+	// NamespaceRuns is how many unfinished worker Jobs one namespace may
+	// have; a run over it waits (WorkQueued). 0 is no limit.
+	NamespaceRuns int
 }
 
 // The manager creates and removes worker Jobs and reads their pods'
@@ -56,6 +60,9 @@ func (w *JobWorkers) Run(ctx context.Context, run WorkerRun) (WorkerOutcome, err
 	job := &batchv1.Job{}
 	err := w.Client.Get(ctx, client.ObjectKey{Namespace: run.Session.Namespace, Name: run.Name}, job)
 	if apierrors.IsNotFound(err) {
+		if limit, err := w.namespaceFull(ctx, run.Session.Namespace); err != nil || limit != "" {
+			return WorkerOutcome{Queued: limit != "", Message: limit}, err
+		}
 		job, err = w.job(run)
 		if err != nil {
 			return WorkerOutcome{}, err
@@ -75,6 +82,31 @@ func (w *JobWorkers) Run(ctx context.Context, run WorkerRun) (WorkerOutcome, err
 		return WorkerOutcome{Failed: true, Attempt: string(job.UID), Message: w.failureMessage(ctx, job)}, nil
 	}
 	return WorkerOutcome{}, nil
+}
+
+// namespaceFull says which limit a new Job in namespace would exceed, if
+// any. It lists from the API server, not the cache, like Busy: a Job just
+// created by the previous reconcile must count.
+func (w *JobWorkers) namespaceFull(ctx context.Context, namespace string) (string, error) {
+	if w.NamespaceRuns <= 0 {
+		return "", nil
+	}
+	jobs := &batchv1.JobList{}
+	if err := w.Reader.List(ctx, jobs, client.InNamespace(namespace), client.MatchingLabels(workerLabels)); err != nil {
+		return "", err
+	}
+	running := 0
+	for i := range jobs.Items {
+		j := &jobs.Items[i]
+		if j.DeletionTimestamp == nil && !jobCondition(j, batchv1.JobComplete) && !jobCondition(j, batchv1.JobFailed) {
+			running++
+		}
+	}
+	if running < w.NamespaceRuns {
+		return "", nil
+	}
+	slotsQueued.WithLabelValues("namespace-worker-runs").Inc()
+	return fmt.Sprintf("namespace %s has %d worker Jobs going (--namespace-worker-runs=%d)", namespace, running, w.NamespaceRuns), nil
 }
 
 // Retry deletes the run's failed Job, so that the next Run creates it
@@ -171,14 +203,17 @@ func (w *JobWorkers) failureMessage(ctx context.Context, job *batchv1.Job) strin
 	return fmt.Sprintf("worker Job %s failed", job.Name)
 }
 
+// workerLabels are on every worker Job; the manager caches only Jobs with
+// them.
+var workerLabels = map[string]string{"app.kubernetes.io/name": "turnlog", "app.kubernetes.io/component": "worker"}
+
 // job builds the Job of a run.
 func (w *JobWorkers) job(run WorkerRun) (*batchv1.Job, error) {
 	labels := map[string]string{
-		"app.kubernetes.io/name":      "turnlog",
-		"app.kubernetes.io/component": "worker",
-		turnlogv1.LabelSession:        string(run.Session.UID),
-		turnlogv1.LabelTask:           string(run.Task),
+		turnlogv1.LabelSession: string(run.Session.UID),
+		turnlogv1.LabelTask:    string(run.Task),
 	}
+	maps.Copy(labels, workerLabels)
 	args := []string{"worker", string(run.Task),
 		"--store-url=" + run.StoreURL,
 		"--prefix=" + run.Location.Prefix,

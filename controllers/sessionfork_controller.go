@@ -17,6 +17,7 @@ import (
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/internal/forkcut"
+	"github.com/turnlog/turnlog/internal/sessionio"
 	"github.com/turnlog/turnlog/internal/sessionlog"
 	"github.com/turnlog/turnlog/internal/worker"
 )
@@ -37,6 +38,11 @@ type SessionForkReconciler struct {
 	// PollInterval is how often a fork waiting for its turn to end looks at
 	// the source again without being woken by the source's status.
 	PollInterval time.Duration
+
+	// queue is the controller's fair queue (limits.go); copies bounds the
+	// forks cut and copied at once, since each reads the source's log.
+	queue  *fairQueue
+	copies *slots
 }
 
 // forkScope is what the steps of one reconcile share.
@@ -56,6 +62,9 @@ type forkScope struct {
 	// then left alone.
 	transient bool
 	result    ctrl.Result
+	// copySlot is set while the fork holds one of the manager's copy
+	// slots.
+	copySlot bool
 }
 
 // errForkFailed marks a terminal failure, already in the fork's status.
@@ -70,9 +79,13 @@ func (r *SessionForkReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if c := meta.FindStatusCondition(fork.Status.Conditions, turnlogv1.ConditionSucceeded); c != nil && c.Status != metav1.ConditionUnknown && c.ObservedGeneration == fork.Generation {
 		return ctrl.Result{}, nil // a fork runs to completion once
 	}
+	r.queue.reportHeld(req, fork, r.Recorder)
 	s := &forkScope{fork: fork, before: *fork.Status.DeepCopy(), status: metav1.ConditionUnknown,
 		outcome: condition{turnlogv1.ReasonForking, "forking"}}
 	defer func() {
+		if s.copySlot {
+			r.copies.release(fork.Namespace)
+		}
 		err = errors.Join(err, r.patchStatus(ctx, s))
 		if errors.Is(err, errForkFailed) {
 			err = reconcile.TerminalError(err)
@@ -164,7 +177,12 @@ func (r *SessionForkReconciler) reconcileSource(ctx context.Context, s *forkScop
 
 // reconcileCut finds the cut in the source's log, reading only the prefix
 // it keeps. A child that exists already records the cut it was made with.
+// Reading the source and copying it is the expensive part of a fork, so it
+// waits for a copy slot.
 func (r *SessionForkReconciler) reconcileCut(ctx context.Context, s *forkScope) error {
+	if !r.acquireCopySlot(s) {
+		return nil
+	}
 	if s.child != nil {
 		from := s.child.Spec.ForkedFrom
 		s.point = forkcut.Point{AtSeq: s.fork.Spec.AtSeq, AnchorSeq: from.AnchorSeq, CutSeq: from.CutSeq}
@@ -188,6 +206,27 @@ func (r *SessionForkReconciler) reconcileCut(ctx context.Context, s *forkScope) 
 	s.point = p
 	s.setCut()
 	return nil
+}
+
+// acquireCopySlot takes a copy slot for the rest of the reconcile, or
+// reports the fork queued (with one Event when it starts waiting) and
+// looks again shortly.
+func (r *SessionForkReconciler) acquireCopySlot(s *forkScope) bool {
+	if r.copies == nil {
+		return true
+	}
+	ok, limit := r.copies.tryAcquire(s.fork.Namespace)
+	if ok {
+		s.copySlot = true
+		return true
+	}
+	s.outcome = condition{turnlogv1.ReasonForkQueued, "waiting for a copy slot: " + limit}
+	if c := meta.FindStatusCondition(s.before.Conditions, turnlogv1.ConditionSucceeded); c == nil || c.Reason != turnlogv1.ReasonForkQueued {
+		r.Recorder.Eventf(s.fork, nil, "Normal", turnlogv1.EventForkQueued, "Fork", "%s", s.outcome.message)
+	}
+	s.transient = true
+	s.result.RequeueAfter = jittered(slotRetry)
+	return false
 }
 
 func (r *SessionForkReconciler) findCut(ctx context.Context, s *forkScope) (forkcut.Point, error) {
@@ -279,13 +318,8 @@ func (r *SessionForkReconciler) reconcileCopy(ctx context.Context, s *forkScope)
 	if err != nil {
 		return s.storeError(ctx, name, fmt.Sprintf("copying seq 0..%d from %s to %s", s.point.CutSeq, src, dst), err)
 	}
-	patch := client.MergeFrom(s.child.DeepCopy())
-	if s.child.Annotations == nil {
-		s.child.Annotations = map[string]string{}
-	}
-	s.child.Annotations[turnlogv1.AnnotationRequestedAt] = time.Now().UTC().Format(time.RFC3339Nano)
-	if err := r.Patch(ctx, s.child, patch); err != nil {
-		return s.transientError(fmt.Errorf("nudge child Session %s: %w", s.child.Name, err))
+	if err := sessionio.Nudge(ctx, r.Client, client.ObjectKeyFromObject(s.child), nil); err != nil {
+		return s.transientError(err)
 	}
 	return nil
 }
@@ -362,10 +396,14 @@ func (r *SessionForkReconciler) SetupWithManager(ctx context.Context, mgr ctrl.M
 	}); err != nil {
 		return err
 	}
+	if r.queue == nil {
+		r.queue = &fairQueue{}
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&turnlogv1.SessionFork{}).
 		Watches(&turnlogv1.Session{}, handler.EnqueueRequestsFromMapFunc(r.forksOfSource)).
 		Named("sessionfork").
+		WithOptions(r.queue.options()).
 		Complete(r)
 }
 

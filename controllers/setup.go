@@ -43,6 +43,9 @@ type Config struct {
 	// StoreTimeout bounds the store requests of one look at a Session (the
 	// probe, the head, the checkpoints); zero is DefaultStoreTimeout.
 	StoreTimeout time.Duration
+	// Limits share the manager between namespaces; zero fields take their
+	// defaults.
+	Limits Limits
 }
 
 // Defaults of Config.
@@ -62,7 +65,7 @@ const (
 func CacheOptions(namespaces ...string) cache.Options {
 	opts := cache.Options{
 		ByObject: map[client.Object]cache.ByObject{
-			&batchv1.Job{}: {Label: labels.SelectorFromSet(labels.Set{"app.kubernetes.io/name": "turnlog", "app.kubernetes.io/component": "worker"})},
+			&batchv1.Job{}: {Label: labels.SelectorFromSet(workerLabels)},
 		},
 		DefaultTransform: cache.TransformStripManagedFields(),
 	}
@@ -101,22 +104,30 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 	if cfg.StoreTimeout == 0 {
 		cfg.StoreTimeout = DefaultStoreTimeout
 	}
+	limits, err := cfg.Limits.withDefaults()
+	if err != nil {
+		return err
+	}
 	recorder := mgr.GetEventRecorder("turnlog")
 	sessions := &SessionReconciler{
 		Client: mgr.GetClient(), Recorder: recorder, Stores: cfg.Stores,
 		PollInterval: cfg.PollInterval, MaxPollInterval: cfg.MaxPollInterval,
 		MaxWorkerFailures: cfg.WorkerMaxFailures, DeletionTimeout: cfg.DeletionTimeout,
-		StoreTimeout: cfg.StoreTimeout,
+		StoreTimeout: cfg.StoreTimeout, queue: &fairQueue{limits: limits},
 	}
 	switch cfg.WorkerMode {
 	case WorkerModeLocal:
-		sessions.Workers = LocalWorkers{}
+		sessions.Workers = &LocalWorkers{slots: slots{
+			total: limits.LocalWorkerRuns, totalName: "local-worker-runs",
+			perNamespace: limits.NamespaceWorkerRuns, perNamespaceName: "namespace-worker-runs",
+		}}
 	case WorkerModePod:
 		jobs := cfg.Jobs
 		if jobs.Image == "" {
 			return fmt.Errorf("pod worker mode needs a worker image")
 		}
 		jobs.Client, jobs.Reader, jobs.Scheme = mgr.GetClient(), mgr.GetAPIReader(), mgr.GetScheme()
+		jobs.NamespaceRuns = limits.NamespaceWorkerRuns
 		sessions.Workers, sessions.PodWorkers = &jobs, true
 	default:
 		return fmt.Errorf("unknown worker mode %q (want %s or %s)", cfg.WorkerMode, WorkerModePod, WorkerModeLocal)
@@ -124,7 +135,13 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 	if err := sessions.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the Session controller: %w", err)
 	}
-	forks := &SessionForkReconciler{Client: mgr.GetClient(), Recorder: recorder, Stores: cfg.Stores, PollInterval: cfg.PollInterval}
+	forks := &SessionForkReconciler{Client: mgr.GetClient(), Recorder: recorder, Stores: cfg.Stores, PollInterval: cfg.PollInterval,
+		queue: &fairQueue{limits: limits},
+		copies: &slots{
+			total: limits.ForkCopies, totalName: "fork-copies",
+			perNamespace: limits.NamespaceForkCopies, perNamespaceName: "namespace-fork-copies",
+		},
+	}
 	if err := forks.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("set up the SessionFork controller: %w", err)
 	}

@@ -15,6 +15,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/sessionio"
 	"github.com/turnlog/turnlog/internal/sessionlog"
 	"github.com/turnlog/turnlog/internal/store"
 )
@@ -75,10 +76,11 @@ type SessionStore struct {
 	Logs *sessionlog.Store
 }
 
-// Location is where session's log lives in this store. Nothing in it comes
-// from the Session's spec, so no Session can reach into another's root.
+// Location is where session's log lives in this store (see
+// sessionio.Location: nothing in it comes from the Session's spec, so no
+// Session can reach into another's root).
 func (s *SessionStore) Location(session *turnlogv1.Session) sessionlog.Location {
-	return sessionlog.Location{Prefix: s.Prefix, Namespace: session.Namespace, Session: session.Name, UID: string(session.UID)}
+	return sessionio.Location(s.Prefix, session)
 }
 
 // statusLocation is status.location: the store's name and the log's root
@@ -93,9 +95,6 @@ func statusLocation(store string, loc sessionlog.Location) string {
 type BucketCache struct {
 	// Configured are the stores by name.
 	Configured map[string]StoreConfig
-	// Any, when set, serves every name: the command-line tools are handed
-	// the URL of the Session's store by whoever runs them.
-	Any *StoreConfig
 	// Options are passed to store.Open.
 	Options *store.Options
 
@@ -126,12 +125,7 @@ func (c *BucketCache) Store(ctx context.Context, name string) (*SessionStore, er
 		name = turnlogv1.DefaultStore
 	}
 	sc, ok := c.Configured[name]
-	switch {
-	case ok:
-	case c.Any != nil:
-		sc = *c.Any
-		sc.Name = name
-	default:
+	if !ok {
 		return nil, &StoreNotFoundError{Name: name, Configured: slices.Sorted(func(yield func(string) bool) {
 			for n := range c.Configured {
 				if !yield(n) {
@@ -226,18 +220,6 @@ func ReadStoresFile(path string) ([]StoreConfig, error) {
 	return out, nil
 }
 
-const (
-	// ReasonObjectRefused (Ready=False): the Session's root in a file://
-	// store holds a symbolic link or a special file (a FIFO, a device, a
-	// socket) where a directory or an object of the log or of its derived
-	// data should be. The store neither follows nor opens it; the message
-	// names its key.
-	ReasonObjectRefused = "ObjectRefused"
-	// EventObjectRefused (Warning, on the Session): raised once per
-	// refusal, with the Ready condition's message.
-	EventObjectRefused = "ObjectRefused"
-)
-
 // storeProblem is the Ready condition for a store that failed: a stable
 // message naming the store and what was being done, and the reason. The
 // backend's own error, which may quote hosts, paths, response bodies or
@@ -251,7 +233,7 @@ func storeProblem(ctx context.Context, storeName, doing string, err error) *cond
 		return &condition{turnlogv1.ReasonStoreNotFound, notFound.Error()}
 	}
 	if refused, ok := errors.AsType[*store.RefusedError](err); ok {
-		return &condition{ReasonObjectRefused, fmt.Sprintf(
+		return &condition{turnlogv1.ReasonObjectRefused, fmt.Sprintf(
 			"%s: store %q refused %s: it is %s; a Session's root in a file:// store may hold only regular files and directories, and nothing else is followed or opened",
 			doing, storeName, truncate(refused.At, 400), refused.Kind)}
 	}
@@ -283,11 +265,11 @@ func storeFailure(err error) string {
 // again.
 func (r *SessionReconciler) reportRefused(s *sessionScope) {
 	const task = "refused"
-	if s.ready == nil || s.ready.reason != ReasonObjectRefused {
+	if s.ready == nil || s.ready.reason != turnlogv1.ReasonObjectRefused {
 		r.reported.Delete(string(s.session.UID) + "/" + task)
 		return
 	}
 	if r.firstReport(s.session, task, s.ready.message) {
-		r.Recorder.Eventf(s.session, nil, "Warning", EventObjectRefused, "Read", "%s", truncate(s.ready.message, maxNote))
+		r.Recorder.Eventf(s.session, nil, "Warning", turnlogv1.EventObjectRefused, "Read", "%s", truncate(s.ready.message, maxNote))
 	}
 }

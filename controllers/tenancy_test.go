@@ -352,7 +352,7 @@ var _ = Describe("Tenants", Ordered, func() {
 			By("refusing it: Ready=False, ObjectRefused, naming the entry and what it is")
 			Eventually(func(g Gomega) {
 				s := getSession(teamA, name)(g)
-				g.Expect(cond(s.Status.Conditions, turnlogv1.ConditionReady)).To(Equal("False/" + ReasonObjectRefused))
+				g.Expect(cond(s.Status.Conditions, turnlogv1.ConditionReady)).To(Equal("False/" + turnlogv1.ReasonObjectRefused))
 				ready := meta.FindStatusCondition(s.Status.Conditions, turnlogv1.ConditionReady)
 				g.Expect(ready.Message).To(ContainSubstring(`store "default" refused ` + at + ": it is " + c.kind))
 				g.Expect(ready.Message).NotTo(ContainSubstring(storeDir))
@@ -360,10 +360,10 @@ var _ = Describe("Tenants", Ordered, func() {
 			}).Should(Succeed())
 			oneEvent := And(HaveField("Type", "Warning"), HaveField("Series", BeNil()),
 				HaveField("Note", ContainSubstring("refused "+at+": it is "+c.kind)))
-			Eventually(sessionEvents(teamA, name, EventObjectRefused)).Should(ConsistOf(oneEvent))
+			Eventually(sessionEvents(teamA, name, turnlogv1.EventObjectRefused)).Should(ConsistOf(oneEvent))
 			// The controller keeps looking, with backoff; the Event is not
 			// raised again (a repeat would turn it into a series).
-			Consistently(sessionEvents(teamA, name, EventObjectRefused)).WithTimeout(3 * time.Second).Should(ConsistOf(oneEvent))
+			Consistently(sessionEvents(teamA, name, turnlogv1.EventObjectRefused)).WithTimeout(3 * time.Second).Should(ConsistOf(oneEvent))
 
 			By("forking it: nothing is copied, no child is made")
 			Expect(alice.Create(ctx, newFork(teamA, name+"-fork", name, "9"))).To(Succeed())

@@ -39,6 +39,9 @@ type WorkerOutcome struct {
 	Failed  bool
 	Attempt string
 	Message string
+	// Queued: the run could not start because a limit on runs at once was
+	// reached (Message says which); it is not an attempt.
+	Queued bool
 }
 
 // Workers runs worker tasks: in-process (LocalWorkers) or as Jobs
@@ -70,14 +73,23 @@ func runName(session *turnlogv1.Session, task worker.Task, position string) stri
 }
 
 // LocalWorkers runs the worker in the manager's process, one run at a time
-// per Session (the reconciler never runs a Session twice at once). It is for
+// per Session (the reconciler never runs a Session twice at once), and
+// within its slots: what the manager holds for runs is bounded by the
+// number it runs at once, whatever the number of Sessions. It is for
 // machines without a kubelet and for tests.
-type LocalWorkers struct{}
+type LocalWorkers struct {
+	slots slots
+}
 
-// Run runs the task to completion. The run reads the store with the
-// manager's credentials, so its error reaches status in storeProblem's
-// stable words, the details only the manager's log.
-func (LocalWorkers) Run(ctx context.Context, run WorkerRun) (WorkerOutcome, error) {
+// Run runs the task to completion, if a slot is free. The run reads the
+// store with the manager's credentials, so its error reaches status in
+// storeProblem's stable words, the details only the manager's log.
+func (w *LocalWorkers) Run(ctx context.Context, run WorkerRun) (WorkerOutcome, error) {
+	ns := run.Session.Namespace
+	if ok, limit := w.slots.tryAcquire(ns); !ok {
+		return WorkerOutcome{Queued: true, Message: limit}, nil
+	}
+	defer w.slots.release(ns)
 	if _, err := worker.Run(ctx, run.Task, run.Log, run.Target); err != nil {
 		msg := storeProblem(ctx, run.Store, fmt.Sprintf("%s run %s", run.Task, run.Name), err).message
 		return WorkerOutcome{Failed: true, Attempt: fmt.Sprintf("local-%d", time.Now().UnixNano()), Message: msg}, nil
@@ -86,12 +98,12 @@ func (LocalWorkers) Run(ctx context.Context, run WorkerRun) (WorkerOutcome, erro
 }
 
 // Retry has nothing to clear: every Run is a new attempt.
-func (LocalWorkers) Retry(context.Context, WorkerRun) error { return nil }
+func (*LocalWorkers) Retry(context.Context, WorkerRun) error { return nil }
 
 // Busy is always false: a local run ends before Run returns.
-func (LocalWorkers) Busy(context.Context, *turnlogv1.Session, string) (string, error) {
+func (*LocalWorkers) Busy(context.Context, *turnlogv1.Session, string) (string, error) {
 	return "", nil
 }
 
 // Forget has nothing to remove.
-func (LocalWorkers) Forget(context.Context, *turnlogv1.Session) error { return nil }
+func (*LocalWorkers) Forget(context.Context, *turnlogv1.Session) error { return nil }

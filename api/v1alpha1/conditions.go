@@ -41,6 +41,10 @@ const (
 	// ReasonInvalidTarget: the API server refused the child Session the
 	// fork would create (e.g. a label it does not accept).
 	ReasonInvalidTarget = "InvalidTarget"
+	// ReasonForkQueued: the fork waits for the manager to have a copy
+	// slot free (--fork-copies) or for the namespace's other forks to
+	// finish copying (--namespace-fork-copies); it starts on its own.
+	ReasonForkQueued = "ForkQueued"
 )
 
 // Labels and annotations turnlog puts on objects.
@@ -73,6 +77,17 @@ const (
 	// ReasonStoreNotFound: spec.storage.store names no store configured on
 	// the manager; the message lists the configured ones.
 	ReasonStoreNotFound = "StoreNotFound"
+	// ReasonWorkQueued: a worker run waits to start because the namespace
+	// has as many runs going as the manager allows one namespace
+	// (--namespace-worker-runs), or, with local workers, the manager has
+	// as many as it runs at once (--local-worker-runs). It starts on its
+	// own when one ends.
+	ReasonWorkQueued = "WorkQueued"
+	// ReasonObjectRefused: the Session's root in a file:// store holds a
+	// symbolic link or a special file (a FIFO, a device, a socket) where a
+	// directory or an object of the log or of its derived data should be.
+	// The store neither follows nor opens it; the message names its key.
+	ReasonObjectRefused = "ObjectRefused"
 	// ReasonWorkerFailed: a worker run failed; it is retried with backoff.
 	ReasonWorkerFailed = "WorkerFailed"
 	// ReasonWorkerFailedPermanently: a worker run failed as many times as
@@ -130,6 +145,21 @@ const (
 	// with retention Delete, but its log could not be deleted within
 	// --deletion-timeout and was left in the store; the note names where.
 	EventLogOrphaned = "LogOrphaned"
+	// EventObjectRefused (Warning, on the Session): raised once per
+	// refusal, with the Ready condition's message.
+	EventObjectRefused = "ObjectRefused"
+	// EventWorkQueued (Normal, on the Session): a worker run waits for a
+	// slot (see ReasonWorkQueued); raised once per run.
+	EventWorkQueued = "WorkQueued"
+	// EventThrottled (Warning, on a Session or SessionFork): the object
+	// waited in the manager's queue because its namespace had used its
+	// share (--namespace-concurrent-reconciles, --namespace-reconcile-rate);
+	// the note says how long. At most one a minute per namespace and
+	// controller.
+	EventThrottled = "Throttled"
+	// EventForkQueued (Normal, on the SessionFork): the fork waits for a
+	// copy slot (see ReasonForkQueued); raised once per fork.
+	EventForkQueued = "ForkQueued"
 	// EventForked (Normal, on the SessionFork): the child Session is seeded.
 	EventForked = "Forked"
 	// EventForkFailed (Warning, on the SessionFork): the fork failed for good.

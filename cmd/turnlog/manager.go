@@ -5,6 +5,8 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"os"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -67,6 +69,15 @@ func runManager(ctx context.Context, args []string, _ io.Reader, _, stderr io.Wr
 	workerBackoff := fs.Int("worker-backoff-limit", 3, "pod retries of a worker Job before it fails")
 	workerDeadline := fs.Duration("worker-active-deadline", 15*time.Minute, "longest a worker Job may run, retries included")
 	workerTTL := fs.Duration("worker-ttl-after-finished", time.Hour, "how long finished worker Jobs are kept")
+	var limits controllers.Limits
+	fs.IntVar(&limits.ConcurrentReconciles, "concurrent-reconciles", controllers.DefaultConcurrentReconciles, "reconciles each controller (Sessions, SessionForks) runs at once")
+	fs.IntVar(&limits.NamespaceConcurrentReconciles, "namespace-concurrent-reconciles", controllers.DefaultNamespaceConcurrentReconciles, "of those, how many one namespace's objects may hold, so that other namespaces always find one free")
+	fs.Float64Var(&limits.NamespaceReconcileRate, "namespace-reconcile-rate", 0, "reconciles per second each controller gives one namespace's objects (nudges, polls, appends); over it they wait, coalesced; 0: no limit")
+	fs.IntVar(&limits.NamespaceReconcileBurst, "namespace-reconcile-burst", 0, "bursts allowed over --namespace-reconcile-rate; 0: twice the rate")
+	fs.IntVar(&limits.NamespaceWorkerRuns, "namespace-worker-runs", controllers.DefaultNamespaceWorkerRuns, "worker runs (Jobs, or runs inside the manager) one namespace may have going at once")
+	fs.IntVar(&limits.LocalWorkerRuns, "local-worker-runs", controllers.DefaultLocalWorkerRuns, "worker runs the manager runs at once inside its own process (--worker-mode=local)")
+	fs.IntVar(&limits.ForkCopies, "fork-copies", controllers.DefaultForkCopies, "forks the manager cuts and copies at once")
+	fs.IntVar(&limits.NamespaceForkCopies, "namespace-fork-copies", controllers.DefaultNamespaceForkCopies, "of those, how many may be one namespace's")
 	config.RegisterFlags(fs)
 	zapOpts := zap.Options{Development: false}
 	zapOpts.BindFlags(fs)
@@ -75,6 +86,9 @@ func runManager(ctx context.Context, args []string, _ io.Reader, _, stderr io.Wr
 	}
 
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts), zap.WriteTo(stderr)))
+	if err := setMemoryLimit(os.Getenv("TURNLOG_MEMORY_LIMIT")); err != nil {
+		return fail(stderr, "manager", err)
+	}
 	// Flag values the manager cannot run with are usage errors (exit 2).
 	resources, err := workerResources(*workerCPU, *workerCPULimit, *workerMemory)
 	if err != nil {
@@ -88,6 +102,9 @@ func runManager(ctx context.Context, args []string, _ io.Reader, _, stderr io.Wr
 	}
 	if *deletionTimeout <= 0 {
 		return usageError(fs, fmt.Errorf("--deletion-timeout %s: must be positive", *deletionTimeout))
+	}
+	if err := checkLimits(limits); err != nil {
+		return usageError(fs, err)
 	}
 	stores, err := managerStores(*storeURL, storeFlags, *storesFile)
 	if err != nil {
@@ -129,6 +146,7 @@ func runManager(ctx context.Context, args []string, _ io.Reader, _, stderr io.Wr
 		WorkerMaxFailures: int32(*workerMaxFailures),
 		DeletionTimeout:   *deletionTimeout,
 		StoreTimeout:      *storeTimeout,
+		Limits:            limits,
 		Jobs: controllers.JobWorkers{
 			Image:                   *workerImage,
 			ServiceAccount:          *workerSA,
@@ -152,6 +170,62 @@ func runManager(ctx context.Context, args []string, _ io.Reader, _, stderr io.Wr
 		return fail(stderr, "manager", err)
 	}
 	return 0
+}
+
+// memoryLimitShare is the part of the container's memory limit the Go
+// runtime aims to stay under; the rest is for what the runtime does not
+// count (stacks, the binary, cgroup page cache).
+const memoryLimitShare = 0.9
+
+// setMemoryLimit sets the Go memory limit to memoryLimitShare of container,
+// the container's memory limit in bytes (TURNLOG_MEMORY_LIMIT, which the
+// Deployment fills in from limits.memory), unless GOMEMLIMIT is set: then
+// the operator chose. Without a limit the heap may grow to twice what is
+// live before a collection, which under a burst of work is what takes a
+// manager past its container's limit.
+func setMemoryLimit(container string) error {
+	if container == "" || os.Getenv("GOMEMLIMIT") != "" {
+		return nil
+	}
+	q, err := resource.ParseQuantity(container)
+	if err != nil {
+		return fmt.Errorf("TURNLOG_MEMORY_LIMIT %q: %w", container, err)
+	}
+	if q.Sign() <= 0 {
+		return nil
+	}
+	limit := int64(float64(q.Value()) * memoryLimitShare)
+	debug.SetMemoryLimit(limit)
+	ctrl.Log.Info("Go memory limit set", "bytes", limit, "containerLimit", q.String())
+	return nil
+}
+
+// checkLimits refuses limits the manager could not share fairly with.
+func checkLimits(l controllers.Limits) error {
+	for _, f := range []struct {
+		name string
+		v    int
+		min  int
+	}{
+		{"concurrent-reconciles", l.ConcurrentReconciles, 1},
+		{"namespace-concurrent-reconciles", l.NamespaceConcurrentReconciles, 1},
+		{"namespace-reconcile-burst", l.NamespaceReconcileBurst, 0},
+		{"namespace-worker-runs", l.NamespaceWorkerRuns, 1},
+		{"local-worker-runs", l.LocalWorkerRuns, 1},
+		{"fork-copies", l.ForkCopies, 1},
+		{"namespace-fork-copies", l.NamespaceForkCopies, 1},
+	} {
+		if f.v < f.min {
+			return fmt.Errorf("--%s %d: must be at least %d", f.name, f.v, f.min)
+		}
+	}
+	if l.NamespaceReconcileRate < 0 {
+		return fmt.Errorf("--namespace-reconcile-rate %g: must not be negative", l.NamespaceReconcileRate)
+	}
+	if n := l.NamespaceConcurrentReconciles; n >= l.ConcurrentReconciles && l.ConcurrentReconciles > 1 {
+		return fmt.Errorf("--namespace-concurrent-reconciles %d: must be below --concurrent-reconciles %d, or one namespace can hold every reconcile", n, l.ConcurrentReconciles)
+	}
+	return nil
 }
 
 // managerStores gathers the named stores from --store-url (the store named

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 )
@@ -36,6 +37,9 @@ func TestManagerRefusesBadStores(t *testing.T) {
 		{[]string{"--store-url", "mem://", "--worker-cpu-request", "2", "--worker-cpu-limit", "1"}, 2, "--worker-cpu-limit 1 is below --worker-cpu-request 2"},
 		{[]string{"--store-url", "mem://", "--worker-max-failures", "0"}, 2, "--worker-max-failures 0: must be at least 1"},
 		{[]string{"--store-url", "mem://", "--watch-namespace", "Team_A"}, 2, `"Team_A"`},
+		{[]string{"--store-url", "mem://", "--namespace-concurrent-reconciles", "4"}, 2, "--namespace-concurrent-reconciles 4: must be below --concurrent-reconciles 4, or one namespace can hold every reconcile"},
+		{[]string{"--store-url", "mem://", "--fork-copies", "0"}, 2, "--fork-copies 0: must be at least 1"},
+		{[]string{"--store-url", "mem://", "--namespace-reconcile-rate", "-1"}, 2, "--namespace-reconcile-rate -1: must not be negative"},
 	} {
 		var stdout, stderr strings.Builder
 		code := run(context.Background(), append([]string{"manager"}, c.args...), strings.NewReader(""), &stdout, &stderr)
@@ -55,5 +59,31 @@ func TestWorkerResources(t *testing.T) {
 	}
 	if r, err = workerResources("100m", "0", "512Mi"); err != nil || !r.Limits.Cpu().IsZero() {
 		t.Errorf("--worker-cpu-limit=0: limits %v, %v; want no CPU limit", r.Limits, err)
+	}
+}
+
+// TestMemoryLimit: the manager's Go memory limit follows the container's
+// (TURNLOG_MEMORY_LIMIT, from the Deployment's limits.memory), an explicit
+// GOMEMLIMIT wins, and a value that is not a quantity stops the manager
+// with one line naming it.
+func TestMemoryLimit(t *testing.T) {
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
+	t.Setenv("GOMEMLIMIT", "")
+	if err := setMemoryLimit("256Mi"); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := debug.SetMemoryLimit(-1), int64(256<<20)*9/10; got != want {
+		t.Errorf("Go memory limit %d for a 256Mi container, want %d", got, want)
+	}
+	t.Setenv("GOMEMLIMIT", "100MiB")
+	debug.SetMemoryLimit(1 << 40)
+	if err := setMemoryLimit("256Mi"); err != nil || debug.SetMemoryLimit(-1) != 1<<40 {
+		t.Errorf("GOMEMLIMIT set: the limit changed to %d (err %v)", debug.SetMemoryLimit(-1), err)
+	}
+	t.Setenv("GOMEMLIMIT", "")
+	var stdout, stderr strings.Builder
+	t.Setenv("TURNLOG_MEMORY_LIMIT", "lots")
+	if code := run(context.Background(), []string{"manager", "--store-url", "mem://"}, strings.NewReader(""), &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), `TURNLOG_MEMORY_LIMIT "lots"`) {
+		t.Errorf("TURNLOG_MEMORY_LIMIT=lots: exit %d, stderr %q", code, stderr.String())
 	}
 }

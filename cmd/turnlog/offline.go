@@ -3,13 +3,13 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 
 	"github.com/turnlog/turnlog/internal/assembler"
+	"github.com/turnlog/turnlog/internal/cmdkit"
 	"github.com/turnlog/turnlog/internal/forkcut"
 	"github.com/turnlog/turnlog/internal/replay"
 	"github.com/turnlog/turnlog/internal/turnlog"
@@ -24,13 +24,6 @@ func init() {
 	register("fork-point", "find where a fork at --at cuts the log (JSON)", runForkPoint)
 	register("cut", "write the log a fork at --at would start with (JSON Lines)", runCut)
 	register("validate", "report every structural problem of a log, by line", runValidate)
-}
-
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }
 
 // withLog opens the log argument and calls f with a structure-checking reader.
@@ -63,7 +56,7 @@ func runAssemble(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		return err
 	})
 	if err == nil {
-		err = writeJSON(stdout, res)
+		err = cmdkit.WriteJSON(stdout, res)
 	}
 	if err != nil {
 		return fail(stderr, fs.Name(), err)
@@ -96,7 +89,7 @@ func runReplay(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		return err
 	})
 	if err == nil {
-		err = writeJSON(stdout, out)
+		err = cmdkit.WriteJSON(stdout, out)
 	}
 	if err != nil {
 		return fail(stderr, fs.Name(), err)
@@ -134,7 +127,7 @@ func runForkPoint(ctx context.Context, args []string, stdin io.Reader, stdout, s
 		return err
 	})
 	if err == nil {
-		err = writeJSON(stdout, p)
+		err = cmdkit.WriteJSON(stdout, p)
 	}
 	if err != nil {
 		return fail(stderr, "fork-point", err)

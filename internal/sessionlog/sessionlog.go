@@ -151,6 +151,9 @@ func (s *Store) Log(loc Location) (*Log, error) {
 	return &Log{b: s.bucket, loc: loc, root: root}, nil
 }
 
+// Location returns where the log is.
+func (l *Log) Location() Location { return l.loc }
+
 func (l *Log) segmentPrefix() string { return l.root + "log/" }
 
 func (l *Log) segmentKey(first int64) string {

@@ -14,13 +14,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// The path a user takes without Docker: `make image`, import, `make
-// deploy`. On the container node the manager Deployment itself runs as a
-// container, in a namespace that enforces the restricted Pod Security
-// Standard, talks to the API server through the `kubernetes` Service with
-// its service-account token, and reconciles a Session.
-var _ = Describe("make deploy of the locally built image", func() {
-	It("runs the manager as a container under the restricted Pod Security Standard and reconciles a Session", func(ctx SpecContext) {
+// The path a user takes without Docker: `make image`, import, then the
+// one-file install a release ships, `make build-installer` (dist/install.yaml),
+// applied with kubectl as it is — no kustomize on the cluster side. On the
+// container node the manager Deployment itself runs as a container, in a
+// namespace that enforces the restricted Pod Security Standard, talks to the
+// API server through the `kubernetes` Service with its service-account
+// token, and reconciles a Session and a fork.
+var _ = Describe("the one-file install of the locally built image", func() {
+	It("runs the manager as a container under the restricted Pod Security Standard and reconciles a Session and a fork", func(ctx SpecContext) {
 		m := needContainerNode()
 		const namespace = "turnlog-system"
 
@@ -28,17 +30,22 @@ var _ = Describe("make deploy of the locally built image", func() {
 		Expect(m.stop()).To(Succeed())
 		DeferCleanup(func() { Expect(m.start(workerImage)).To(Succeed()) })
 
-		By("running make deploy IMG=" + workerImage + " on a copy of config/ whose store is the suite's")
-		deployDir := filepath.Join(GinkgoT().TempDir(), "config")
-		Expect(exec.Command("cp", "-a", filepath.Join(env.root, "config"), deployDir).Run()).To(Succeed())
-		managerYAML := filepath.Join(deployDir, "manager", "manager.yaml")
-		data, err := os.ReadFile(managerYAML)
+		By("writing install.yaml with make build-installer IMG=" + workerImage)
+		installer := filepath.Join(GinkgoT().TempDir(), "install.yaml")
+		build := exec.CommandContext(ctx, "make", "--no-print-directory", "build-installer", "IMG="+workerImage, "INSTALLER="+installer)
+		build.Dir = env.root
+		out, err := build.CombinedOutput()
+		Expect(err).NotTo(HaveOccurred(), "make build-installer:\n%s", out)
+		data, err := os.ReadFile(installer)
 		Expect(err).NotTo(HaveOccurred())
+		Expect(strings.Count(string(data), "image: "+workerImage+"\n")).To(Equal(1), "the manager's image is IMG")
+
+		By("pointing the default store of its turnlog-stores ConfigMap at the suite's, as an operator edits it")
 		// The default store of the turnlog-stores ConfigMap ("NAME URL").
 		storeLine := regexp.MustCompile(`(?m)^(\s+)default s3://\S+$`)
-		Expect(storeLine.Match(data)).To(BeTrue(), "no default store in %s", managerYAML)
+		Expect(storeLine.Match(data)).To(BeTrue(), "no default store in %s", installer)
 		data = storeLine.ReplaceAll(data, []byte("${1}default "+strings.ReplaceAll(env.storeURL, "$", "$$")))
-		Expect(os.WriteFile(managerYAML, data, 0o644)).To(Succeed())
+		Expect(os.WriteFile(installer, data, 0o644)).To(Succeed())
 		if _, err := tryKubectl("get", "namespace", namespace); err != nil {
 			kubectl("create", "namespace", namespace)
 		}
@@ -47,11 +54,11 @@ var _ = Describe("make deploy of the locally built image", func() {
 			StringData: env.storeCredentials,
 		}, metav1.CreateOptions{})
 		Expect(err).NotTo(HaveOccurred())
-		deploy := exec.CommandContext(ctx, "make", "--no-print-directory", "deploy",
-			"IMG="+workerImage, "DEPLOY_DIR="+deployDir, "KUBECTL="+env.kubectl+" --kubeconfig="+env.kubeconfig)
-		deploy.Dir = env.root
-		out, err := deploy.CombinedOutput()
-		Expect(err).NotTo(HaveOccurred(), "make deploy:\n%s", out)
+
+		By("applying it with kubectl apply -f, as an operator does: the file names its namespaces")
+		apply := exec.CommandContext(ctx, env.kubectl, "--kubeconfig", env.kubeconfig, "apply", "-f", installer)
+		out, err = apply.CombinedOutput()
+		Expect(err).NotTo(HaveOccurred(), "kubectl apply -f install.yaml:\n%s", out)
 		DeferCleanup(func() {
 			// Gone before the suite's manager is back: never two managers.
 			kubectl("delete", "deployment", managerDeployment, "-n", namespace, "--wait=true")
@@ -70,8 +77,20 @@ var _ = Describe("make deploy of the locally built image", func() {
 			To(MatchRegexp(`^` + workerImage + ` true containerd://[0-9a-f]{64}$`))
 
 		By("importing a Session the deployed manager reconciles")
-		const name = "deployed"
+		const name, child = "deployed", "deployed-retry"
 		importSample(name)
 		expectSessionShows(name, map[string]string{"HEAD": "22", "TURNS": "4", "DEGRADED": "1"})
+
+		By("forking it: the deployed manager makes the child, and its workers replay it")
+		fork := "apiVersion: turnlog.dev/v1alpha1\nkind: SessionFork\nmetadata:\n  name: " + child +
+			"\nspec:\n  source:\n    name: " + name + "\n  atSeq: \"15.1\"\n"
+		forkFile := filepath.Join(GinkgoT().TempDir(), "fork.yaml")
+		Expect(os.WriteFile(forkFile, []byte(fork), 0o644)).To(Succeed())
+		kubectl("apply", "-f", forkFile)
+		Eventually(jsonpath).WithArguments("sessionfork", child, `{.status.conditions[?(@.type=="Succeeded")].status}`).
+			Should(Equal("True"))
+		Expect(jsonpath("sessionfork", child, "{.status.cutSeq} {.status.childName}")).To(Equal("16 " + child))
+		Expect([]byte(turnlog("export", "--session", child))).To(Equal(sampleLines(readSample(), forkCutLines)))
+		expectSessionShows(child, map[string]string{"HEAD": "16", "TURNS": "3", "LAST END": "aborted"})
 	})
 })

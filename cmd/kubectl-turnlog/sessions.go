@@ -1,0 +1,138 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+)
+
+func sessionsCommand(o *options) *cobra.Command {
+	var all bool
+	cmd := &cobra.Command{
+		Use:   "sessions",
+		Short: "List Sessions: readiness, head, turns, context size, degraded messages and their causes",
+		Long: `List the Sessions of the namespace (or of all with -A) from their status:
+READY (and why not), HEAD, TURNS, CONTEXT (the messages the next request is
+built from), DEGRADED (messages replayed provider-neutral because their
+replay state was unusable) and CAUSES (the degraded seqs by cause: kind,
+version, malformed, shape; status keeps the first 20 of each).`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usageError{fmt.Errorf("takes no arguments, got %q", args)}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			kube, ns, err := o.kube()
+			if err != nil {
+				return err
+			}
+			var opts []client.ListOption
+			if !all {
+				opts = append(opts, client.InNamespace(ns))
+			}
+			list := &turnlogv1.SessionList{}
+			if err := kube.List(cmd.Context(), list, opts...); err != nil {
+				return err
+			}
+			if len(list.Items) == 0 {
+				where := "in namespace " + ns
+				if all {
+					where = "in any namespace"
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "No Sessions %s.\n", where)
+				return nil
+			}
+			return printSessions(cmd.OutOrStdout(), list.Items, all)
+		},
+	}
+	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "list the Sessions of every namespace")
+	return cmd
+}
+
+func printSessions(out io.Writer, sessions []turnlogv1.Session, withNamespace bool) error {
+	w := tabwriter.NewWriter(out, 0, 8, 3, ' ', 0)
+	header := "NAME\tREADY\tHEAD\tTURNS\tCONTEXT\tDEGRADED\tCAUSES"
+	if withNamespace {
+		header = "NAMESPACE\t" + header
+	}
+	fmt.Fprintln(w, header)
+	for _, s := range sessions {
+		row := []string{s.Name, ready(&s), optional(s.Status.HeadSeq), strconv.FormatInt(s.Status.Turns, 10), "-", "-", "-"}
+		if r := s.Status.Replay; r != nil {
+			row[4] = strconv.FormatInt(r.ContextMessages, 10)
+			row[5] = strconv.FormatInt(r.Degraded, 10)
+			row[6] = causes(r)
+		}
+		if withNamespace {
+			row = append([]string{s.Namespace}, row...)
+		}
+		fmt.Fprintln(w, strings.Join(row, "\t"))
+	}
+	return w.Flush()
+}
+
+// ready is the Ready condition's status, and its reason when it is not
+// True: what an operator looks at first.
+func ready(s *turnlogv1.Session) string {
+	c := meta.FindStatusCondition(s.Status.Conditions, turnlogv1.ConditionReady)
+	switch {
+	case c == nil:
+		return "Unknown"
+	case c.Status == metav1.ConditionTrue:
+		return "True"
+	default:
+		return string(c.Status) + " (" + c.Reason + ")"
+	}
+}
+
+func optional(v *int64) string {
+	if v == nil {
+		return "-"
+	}
+	return strconv.FormatInt(*v, 10)
+}
+
+// causes lists the degraded seqs by cause, "version:3 kind:7,15", and how
+// many more there are than status keeps.
+func causes(r *turnlogv1.ReplaySummary) string {
+	var parts []string
+	listed := 0
+	for _, c := range degradedCauses(r.DegradedSeqs) {
+		seqs := make([]string, len(c.seqs))
+		for i, s := range c.seqs {
+			seqs[i] = strconv.FormatInt(s, 10)
+		}
+		listed += len(c.seqs)
+		parts = append(parts, c.cause+":"+strings.Join(seqs, ","))
+	}
+	if more := r.Degraded - int64(listed); more > 0 {
+		parts = append(parts, fmt.Sprintf("(+%d more)", more))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, " ")
+}
+
+type causeSeqs struct {
+	cause string
+	seqs  []int64
+}
+
+// degradedCauses are the non-empty lists of d, in the order the API
+// documents the causes.
+func degradedCauses(d turnlogv1.DegradedSeqs) []causeSeqs {
+	all := []causeSeqs{{"kind", d.Kind}, {"version", d.Version}, {"malformed", d.Malformed}, {"shape", d.Shape}}
+	return slices.DeleteFunc(all, func(c causeSeqs) bool { return len(c.seqs) == 0 })
+}
