@@ -148,10 +148,14 @@ type fairQueue struct {
 	lastReport map[string]time.Time
 }
 
-// options are the controller options that use the queue.
-func (f *fairQueue) options() controller.Options {
+// options are the controller options that use the queue. A failed
+// reconcile is retried after 1s, doubling up to maxBackoff: the poll
+// interval, so that a failing object is never looked at less often than a
+// healthy busy one (controller-runtime's default backs off to 16 minutes).
+func (f *fairQueue) options(maxBackoff time.Duration) controller.Options {
 	return controller.Options{
 		MaxConcurrentReconciles: f.limits.ConcurrentReconciles,
+		RateLimiter:             workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, max(maxBackoff, time.Second)),
 		NewQueue: func(name string, rl workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
 			f.queue = fairqueue.New(fairqueue.Options[reconcile.Request]{
 				Tenant:      func(r reconcile.Request) string { return r.Namespace },

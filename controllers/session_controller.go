@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/outcome"
 	"github.com/turnlog/turnlog/internal/sessionlog"
 	"github.com/turnlog/turnlog/internal/turnlog"
 	"github.com/turnlog/turnlog/internal/worker"
@@ -88,10 +89,14 @@ type sessionScope struct {
 type condition struct{ reason, message string }
 
 // Reconcile runs the steps for one Session and writes its status once.
-func (r *SessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, err error) {
+func (r *SessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	return r.reconcile(ctx, req).Result()
+}
+
+func (r *SessionReconciler) reconcile(ctx context.Context, req ctrl.Request) outcome.Outcome {
 	session := &turnlogv1.Session{}
 	if err := r.Get(ctx, req.NamespacedName, session); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		return outcome.Retry(client.IgnoreNotFound(err))
 	}
 	r.queue.reportHeld(req, session, r.Recorder)
 	if !session.DeletionTimestamp.IsZero() {
@@ -103,7 +108,7 @@ func (r *SessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ 
 		if err := r.Update(ctx, session); err != nil {
 			// A conflict means a newer version exists, whose watch event
 			// brings this Session back; it is not worth an error.
-			return ctrl.Result{}, ignoreConflict(err)
+			return outcome.Retry(ignoreConflict(err))
 		}
 	}
 	// The looks at the store run under StoreTimeout; status is written,
@@ -114,14 +119,20 @@ func (r *SessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ 
 		storeCtx, cancel = context.WithTimeout(ctx, r.StoreTimeout)
 	}
 	defer cancel()
-	if result, idle := r.reconcileIdle(storeCtx, session); idle {
-		return result, nil
+	if wait, idle := r.reconcileIdle(storeCtx, session); idle {
+		return outcome.Wait(wait)
 	}
 
 	s := &sessionScope{session: session, before: *session.Status.DeepCopy()}
-	defer func() {
-		err = errors.Join(err, r.patchStatus(ctx, s, err))
-	}()
+	err := r.runSteps(ctx, storeCtx, s)
+	if perr := r.patchStatus(ctx, s, err); perr != nil {
+		err = errors.Join(err, perr)
+	}
+	return r.outcome(s, err)
+}
+
+// runSteps runs the steps until one fails or settles the Ready condition.
+func (r *SessionReconciler) runSteps(ctx, storeCtx context.Context, s *sessionScope) error {
 	for _, step := range []struct {
 		run func(context.Context, *sessionScope) error
 		ctx context.Context
@@ -131,19 +142,41 @@ func (r *SessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ 
 		{r.reconcileWork, ctx},
 	} {
 		if err := step.run(step.ctx, s); err != nil || s.ready != nil {
-			return s.requeue(r.nextPoll(s, err)), err
+			return err
 		}
 	}
-	return s.requeue(r.nextPoll(s, nil)), nil
+	return nil
+}
+
+// outcome classifies how the steps ended. A failure is retried with the
+// controller's backoff, which is capped at the poll interval
+// (SetupWithManager); a Session that needs an operator or a nudge stalls;
+// any other waits for its next look.
+func (r *SessionReconciler) outcome(s *sessionScope, err error) outcome.Outcome {
+	if err != nil {
+		return outcome.Retry(err)
+	}
+	wait := s.requeue(r.nextPoll(s))
+	if s.ready != nil && stalls(s.ready.reason) {
+		return outcome.Stall(wait)
+	}
+	return outcome.Wait(wait)
+}
+
+// stalls: a Session with this Ready reason cannot go on until someone acts
+// (the operator configures its store, someone nudges it or changes its
+// spec); until then it is only polled.
+func stalls(reason string) bool {
+	return reason == turnlogv1.ReasonStoreNotFound || reason == turnlogv1.ReasonWorkerFailedPermanently
 }
 
 // requeue keeps the shortest wait a step asked for, bounded by the poll
 // interval.
-func (s *sessionScope) requeue(poll time.Duration) ctrl.Result {
+func (s *sessionScope) requeue(poll time.Duration) time.Duration {
 	if s.result.RequeueAfter == 0 || s.result.RequeueAfter > poll {
-		return ctrl.Result{RequeueAfter: poll}
+		return poll
 	}
-	return s.result
+	return s.result.RequeueAfter
 }
 
 // reconcileLog opens the Session's log and reads its head: a listing and
@@ -447,5 +480,5 @@ func (r *SessionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.queue == nil {
 		r.queue = &fairQueue{}
 	}
-	return b.WithOptions(r.queue.options()).Complete(r)
+	return b.WithOptions(r.queue.options(r.PollInterval)).Complete(r)
 }

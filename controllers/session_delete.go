@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/outcome"
 )
 
 // reconcileDelete applies spec.retention and releases the Session. Only the
@@ -25,23 +26,23 @@ import (
 // the Session, and with it its namespace, forever: after DeletionTimeout
 // the Session is released, the log left in place, and a LogOrphaned
 // Warning Event says where it is.
-func (r *SessionReconciler) reconcileDelete(ctx context.Context, session *turnlogv1.Session) (ctrl.Result, error) {
+func (r *SessionReconciler) reconcileDelete(ctx context.Context, session *turnlogv1.Session) outcome.Outcome {
 	if !controllerutil.ContainsFinalizer(session, turnlogv1.FinalizerRetention) {
-		return ctrl.Result{}, nil
+		return outcome.Wait(0)
 	}
 	if err := r.Workers.Forget(ctx, session); err != nil {
-		return ctrl.Result{}, fmt.Errorf("delete worker runs: %w", err)
+		return outcome.Retry(fmt.Errorf("delete worker runs: %w", err))
 	}
 	if session.Spec.Retention != turnlogv1.RetentionRetain {
-		if res, err := r.deleteLog(ctx, session); err != nil || res.RequeueAfter > 0 {
-			return res, err
+		if again := r.deleteLog(ctx, session); again > 0 {
+			return outcome.Wait(again)
 		}
 	}
 	controllerutil.RemoveFinalizer(session, turnlogv1.FinalizerRetention)
 	if err := r.Update(ctx, session); err != nil {
 		// On a conflict the newer version's event retries the deletion,
 		// which is idempotent.
-		return ctrl.Result{}, client.IgnoreNotFound(ignoreConflict(err))
+		return outcome.Retry(client.IgnoreNotFound(ignoreConflict(err)))
 	}
 	prefix := string(session.UID) + "/"
 	r.reported.Range(func(key, _ any) bool {
@@ -50,13 +51,13 @@ func (r *SessionReconciler) reconcileDelete(ctx context.Context, session *turnlo
 		}
 		return true
 	})
-	return ctrl.Result{}, nil
+	return outcome.Wait(0)
 }
 
 // deleteLog deletes the Session's log. While the store fails it says so in
-// the Ready condition and asks to be called again; once DeletionTimeout has
-// passed since the deletion began it gives up (zero result, nil error).
-func (r *SessionReconciler) deleteLog(ctx context.Context, session *turnlogv1.Session) (ctrl.Result, error) {
+// the Ready condition and returns when to try again; once DeletionTimeout
+// has passed since the deletion began it gives up (zero).
+func (r *SessionReconciler) deleteLog(ctx context.Context, session *turnlogv1.Session) time.Duration {
 	name := session.Spec.Storage.StoreName()
 	where := name + ":" + session.Namespace + "/" + session.Name + "/" + string(session.UID)
 	deadline := session.DeletionTimestamp.Add(r.DeletionTimeout)
@@ -68,21 +69,21 @@ func (r *SessionReconciler) deleteLog(ctx context.Context, session *turnlogv1.Se
 		loc := st.Location(session)
 		where = statusLocation(name, loc)
 		if _, err = st.Logs.Delete(tctx, loc); err == nil {
-			return ctrl.Result{}, nil
+			return 0
 		}
 	}
 	problem := storeProblem(ctx, name, "deleting the log at "+where, err)
 	if wait := time.Until(deadline); wait > 0 {
 		r.setDeletionBlocked(ctx, session, fmt.Sprintf("%s; retried until %s, then the Session is released and the log left in place",
 			problem.message, deadline.UTC().Format(time.RFC3339)))
-		return ctrl.Result{RequeueAfter: min(wait, retryBackoff(3))}, nil
+		return min(wait, retryBackoff(3))
 	}
 	if r.firstReport(session, "orphaned", "") {
 		r.Recorder.Eventf(session, nil, "Warning", turnlogv1.EventLogOrphaned, "Delete",
 			"gave up deleting the log at %s after %s (%s); the Session is released and its objects are left in the store",
 			where, r.DeletionTimeout, truncate(problem.message, 500))
 	}
-	return ctrl.Result{}, nil
+	return 0
 }
 
 // setDeletionBlocked says in the Ready condition why the Session is still

@@ -7,7 +7,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 )
@@ -43,31 +42,31 @@ import (
 // grown, after one store request and without writing anything. It reports
 // false when the full reconcile must run: the Session is not settled, the
 // log grew, or the probe failed (the full reconcile reports why).
-func (r *SessionReconciler) reconcileIdle(ctx context.Context, session *turnlogv1.Session) (ctrl.Result, bool) {
+func (r *SessionReconciler) reconcileIdle(ctx context.Context, session *turnlogv1.Session) (time.Duration, bool) {
 	if !settled(session) {
-		return ctrl.Result{}, false
+		return 0, false
 	}
 	name := session.Spec.Storage.StoreName()
 	st, err := r.Stores.Store(ctx, name)
 	if err != nil {
-		return ctrl.Result{}, false
+		return 0, false
 	}
 	loc := st.Location(session)
 	if session.Status.Location != statusLocation(name, loc) {
-		return ctrl.Result{}, false
+		return 0, false
 	}
 	log, err := st.Logs.Log(loc)
 	if err != nil {
-		return ctrl.Result{}, false
+		return 0, false
 	}
 	next := int64(0)
 	if h := session.Status.HeadSeq; h != nil {
 		next = *h + 1
 	}
 	if grown, err := log.Grown(ctx, next); err != nil || grown {
-		return ctrl.Result{}, false
+		return 0, false
 	}
-	return ctrl.Result{RequeueAfter: r.idlePoll(session, time.Now())}, true
+	return r.idlePoll(session, time.Now()), true
 }
 
 // settled: the status says the Session's derived data is current with a
@@ -102,11 +101,12 @@ func settled(s *turnlogv1.Session) bool {
 	return false
 }
 
-// nextPoll is when a reconcile that ended with ready (nil: current) and
-// err looks at the Session again unless something wakes it: a settled
-// Session backs off, any other is looked at every PollInterval.
-func (r *SessionReconciler) nextPoll(s *sessionScope, err error) time.Duration {
-	if err == nil && (s.ready == nil || s.ready.reason == turnlogv1.ReasonEmptyLog || s.ready.reason == turnlogv1.ReasonWorkerFailedPermanently) {
+// nextPoll is when a reconcile that ended without an error with ready
+// (nil: current) looks at the Session again unless something wakes it: a
+// settled Session backs off, any other is looked at every PollInterval.
+// (A reconcile that failed is retried with the controller's backoff.)
+func (r *SessionReconciler) nextPoll(s *sessionScope) time.Duration {
+	if s.ready == nil || s.ready.reason == turnlogv1.ReasonEmptyLog || s.ready.reason == turnlogv1.ReasonWorkerFailedPermanently {
 		return r.idlePoll(s.session, time.Now())
 	}
 	return r.PollInterval

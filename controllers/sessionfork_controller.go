@@ -17,6 +17,7 @@ import (
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/internal/forkcut"
+	"github.com/turnlog/turnlog/internal/outcome"
 	"github.com/turnlog/turnlog/internal/sessionio"
 	"github.com/turnlog/turnlog/internal/sessionlog"
 	"github.com/turnlog/turnlog/internal/worker"
@@ -71,26 +72,42 @@ type forkScope struct {
 var errForkFailed = errors.New("fork failed")
 
 // Reconcile runs the fork's steps and writes its status once.
-func (r *SessionForkReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, err error) {
+func (r *SessionForkReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	return r.reconcile(ctx, req).Result()
+}
+
+func (r *SessionForkReconciler) reconcile(ctx context.Context, req ctrl.Request) outcome.Outcome {
 	fork := &turnlogv1.SessionFork{}
 	if err := r.Get(ctx, req.NamespacedName, fork); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		return outcome.Retry(client.IgnoreNotFound(err))
 	}
 	if c := meta.FindStatusCondition(fork.Status.Conditions, turnlogv1.ConditionSucceeded); c != nil && c.Status != metav1.ConditionUnknown && c.ObservedGeneration == fork.Generation {
-		return ctrl.Result{}, nil // a fork runs to completion once
+		return outcome.Wait(0) // a fork runs to completion once
 	}
 	r.queue.reportHeld(req, fork, r.Recorder)
 	s := &forkScope{fork: fork, before: *fork.Status.DeepCopy(), status: metav1.ConditionUnknown,
 		outcome: condition{turnlogv1.ReasonForking, "forking"}}
-	defer func() {
-		if s.copySlot {
-			r.copies.release(fork.Namespace)
-		}
-		err = errors.Join(err, r.patchStatus(ctx, s))
-		if errors.Is(err, errForkFailed) {
-			err = reconcile.TerminalError(err)
-		}
-	}()
+	err := r.runSteps(ctx, s)
+	if s.copySlot {
+		r.copies.release(fork.Namespace)
+	}
+	if perr := r.patchStatus(ctx, s); perr != nil {
+		// Whatever the steps found, the fork's status must be written:
+		// the next reconcile finds it again.
+		return outcome.Retry(errors.Join(err, perr))
+	}
+	switch {
+	case errors.Is(err, errForkFailed):
+		return outcome.Fail(err)
+	case err != nil:
+		return outcome.Retry(err)
+	}
+	return outcome.Wait(s.result.RequeueAfter)
+}
+
+// runSteps runs the fork's steps until one fails, ends the fork or asks to
+// wait; after the last, the fork has succeeded.
+func (r *SessionForkReconciler) runSteps(ctx context.Context, s *forkScope) error {
 	for _, step := range []func(context.Context, *forkScope) error{
 		r.reconcileAnchor,
 		r.reconcileSource,
@@ -99,18 +116,18 @@ func (r *SessionForkReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		r.reconcileCopy,
 	} {
 		if err := step(ctx, s); err != nil {
-			return ctrl.Result{}, err
+			return err
 		}
 		if s.status != metav1.ConditionUnknown || s.result.RequeueAfter > 0 {
-			return s.result, nil
+			return nil
 		}
 	}
 	s.status = metav1.ConditionTrue
 	s.outcome = condition{turnlogv1.ReasonForked, fmt.Sprintf("child Session %s holds seq 0..%d of %s", s.child.Name, s.point.CutSeq, s.source.Name)}
-	r.Recorder.Eventf(fork, s.child, "Normal", turnlogv1.EventForked, "Fork",
+	r.Recorder.Eventf(s.fork, s.child, "Normal", turnlogv1.EventForked, "Fork",
 		"created Session %s from %s seq 0..%d (atSeq %s, anchor %d, turn %d ended %s)",
-		s.child.Name, s.source.Name, s.point.CutSeq, fork.Spec.AtSeq, s.point.AnchorSeq, s.point.CutTurn, s.point.CutReason)
-	return ctrl.Result{}, nil
+		s.child.Name, s.source.Name, s.point.CutSeq, s.fork.Spec.AtSeq, s.point.AnchorSeq, s.point.CutTurn, s.point.CutReason)
+	return nil
 }
 
 // fail ends the fork for good.
@@ -403,7 +420,7 @@ func (r *SessionForkReconciler) SetupWithManager(ctx context.Context, mgr ctrl.M
 		For(&turnlogv1.SessionFork{}).
 		Watches(&turnlogv1.Session{}, handler.EnqueueRequestsFromMapFunc(r.forksOfSource)).
 		Named("sessionfork").
-		WithOptions(r.queue.options()).
+		WithOptions(r.queue.options(r.PollInterval)).
 		Complete(r)
 }
 

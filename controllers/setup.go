@@ -145,5 +145,5 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 	if err := forks.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("set up the SessionFork controller: %w", err)
 	}
-	return nil
+	return addStatusMetrics(mgr)
 }
