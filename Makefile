@@ -49,11 +49,16 @@ node-deps: ## Install containerd, runc and the CNI plugins for the local cluster
 PI_LINES := 0.73 1
 
 .PHONY: pi-deps
-pi-deps: $(foreach line,$(PI_LINES),test/pi/$(line)/node_modules/.package-lock.json) ## Install the pinned pi-ai and pi-coding-agent of each release line the tests compare against (npm ci).
+pi-deps: $(foreach line,$(PI_LINES),test/pi/$(line)/node_modules/.package-lock.json) pi-turnlog/node_modules/.package-lock.json ## Install the pinned pi-ai and pi-coding-agent of each release line the tests compare against, and the pi package's dependencies (npm ci).
 
 # npm ci only when the lock file changed since the last install.
 test/pi/%/node_modules/.package-lock.json: test/pi/%/package.json test/pi/%/package-lock.json
 	npm ci --prefix test/pi/$* --no-audit --no-fund --ignore-scripts --loglevel=error
+	@touch $@
+
+# The pi package (pi-turnlog/) runs on test/pi/1's node; test/pirecord runs it in pi.
+pi-turnlog/node_modules/.package-lock.json: pi-turnlog/package.json pi-turnlog/package-lock.json
+	npm ci --prefix pi-turnlog --no-audit --no-fund --ignore-scripts --loglevel=error
 	@touch $@
 
 .PHONY: generate

@@ -9,11 +9,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/turnlog/turnlog/internal/pitest"
 	"github.com/turnlog/turnlog/internal/worker"
 )
 
@@ -25,9 +25,9 @@ const pi1Dir = "../test/pi/1"
 // convertToLlm of buildSessionContext), by their names in
 // docs/log-format.md; the test applies each to pi's side and counts it.
 const (
-	devOrphanToolResults   = "orphan-tool-results"
-	devSyntheticResultTime = "synthetic-result-time"
-	devNoStateThinking     = "no-state-thinking"
+	devOrphanToolResults   = pitest.OrphanToolResults
+	devSyntheticResultTime = pitest.SyntheticResultTime
+	devNoStateThinking     = pitest.NoStateThinking
 	devEditAfterRemoval    = "repeated-edit"
 	devCompactionReach     = "compaction-reaches-back"
 )
@@ -156,76 +156,10 @@ func compareResume(t *testing.T, pc pi1Case, byDeviation map[string]int) (string
 }
 
 // expectedResume is pi's transformed messages with the deviations that
-// concern them applied: what turnlog's transcript must hold.
+// concern them applied (pitest.ExpectedResume), counted by deviation.
 func expectedResume(pc pi1Case, target Adapter, byDeviation map[string]int) []any {
-	inputTimes := map[string]bool{} // the tool results pi was given, by call id and time
-	var sources []map[string]any    // the assistant messages pi keeps, in order
-	for _, raw := range pc.Context {
-		var m map[string]any
-		_ = json.Unmarshal(raw, &m)
-		switch {
-		case m["role"] == "toolResult":
-			inputTimes[fmt.Sprint(m["toolCallId"], "@", m["timestamp"])] = true
-		case m["role"] == "assistant" && m["stopReason"] != "aborted" && m["stopReason"] != "error":
-			sources = append(sources, m)
-		}
-	}
-	var out []any
-	var open, answered []string
-	var lastTime any
-	nth := 0
-	for _, raw := range pc.Transformed {
-		var m map[string]any
-		_ = json.Unmarshal(raw, &m)
-		switch m["role"] {
-		case "assistant":
-			source := sources[nth]
-			nth++
-			if source["provider"] == target.Provider && source["model"] == target.Model && source["api"] == target.API &&
-				!signed(source) && hasThinking(m) {
-				// A message with no replay state at all replays foreign: on
-				// the 1.x line its thinking is dropped.
-				m["content"] = slices.DeleteFunc(m["content"].([]any), func(b any) bool { return b.(map[string]any)["type"] == "thinking" })
-				byDeviation[devNoStateThinking]++
-			}
-			open, answered, lastTime = nil, nil, m["timestamp"]
-			for _, b := range m["content"].([]any) {
-				if b := b.(map[string]any); b["type"] == "toolCall" {
-					open = append(open, b["id"].(string))
-				}
-			}
-		case "user":
-			open, answered = nil, nil
-		case "toolResult":
-			id := m["toolCallId"].(string)
-			if !inputTimes[fmt.Sprint(id, "@", m["timestamp"])] {
-				// A synthetic result has its call's time.
-				m["timestamp"] = lastTime
-				byDeviation[devSyntheticResultTime]++
-			} else if !slices.Contains(open, id) || slices.Contains(answered, id) {
-				// A result answering no open call stays out.
-				byDeviation[devOrphanToolResults]++
-				continue
-			}
-			answered = append(answered, id)
-		}
-		out = append(out, m)
-	}
-	return out
-}
-
-func signed(m map[string]any) bool {
-	for _, b := range m["content"].([]any) {
-		b := b.(map[string]any)
-		if b["thinkingSignature"] != nil || b["textSignature"] != nil || b["thoughtSignature"] != nil {
-			return true
-		}
-	}
-	return false
-}
-
-func hasThinking(m map[string]any) bool {
-	return slices.ContainsFunc(m["content"].([]any), func(b any) bool { return b.(map[string]any)["type"] == "thinking" })
+	return pitest.ExpectedResume(pc.Context, pc.Transformed, pitest.Target{Provider: target.Provider, Model: target.Model, API: target.API},
+		func(dev string) { byDeviation[dev]++ })
 }
 
 // unreplayableContext names the deviation that keeps a log's context from

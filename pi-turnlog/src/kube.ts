@@ -1,0 +1,98 @@
+// The Kubernetes side, when a kubeconfig is given: the Session is found (or
+// created) by name through the API server, which gives its uid, and nudged
+// (the turnlog.dev/requested-at annotation) after each write that ended a
+// turn, so the workers replay it at once instead of at the manager's next
+// poll. Credentials are the kubeconfig's, applied by the Kubernetes
+// client's own loader (certificates, tokens, exec plugins).
+import * as http from "node:http";
+import * as https from "node:https";
+import { KubeConfig } from "@kubernetes/client-node";
+import type { Adapter } from "./recorder.ts";
+
+const GROUP = "/apis/turnlog.dev/v1alpha1";
+export const ANNOTATION_REQUESTED_AT = "turnlog.dev/requested-at";
+
+export class Kube {
+	private kc = new KubeConfig();
+	private server: string;
+
+	constructor(private file: string) {
+		try {
+			this.kc.loadFromFile(file);
+		} catch (err) {
+			throw new Error(`kubeconfig ${file}: ${(err as Error).message}`);
+		}
+		const server = this.kc.getCurrentCluster()?.server;
+		if (!server) throw new Error(`kubeconfig ${file}: no current cluster`);
+		this.server = server.replace(/\/+$/, "");
+	}
+
+	private async request(method: string, path: string, body?: unknown, contentType = "application/json"): Promise<{ status: number; body: any }> {
+		const url = new URL(this.server + path);
+		const opts: https.RequestOptions = { method, headers: { Accept: "application/json" } };
+		if (body !== undefined) (opts.headers as Record<string, string>)["Content-Type"] = contentType;
+		await this.kc.applyToHTTPSOptions(opts);
+		const mod = url.protocol === "https:" ? https : http;
+		return new Promise((resolve, reject) => {
+			const req = mod.request(url, opts, (res) => {
+				const chunks: Buffer[] = [];
+				res.on("data", (c: Buffer) => chunks.push(c));
+				res.on("end", () => {
+					const text = Buffer.concat(chunks).toString("utf8");
+					let parsed: any = text;
+					try {
+						parsed = JSON.parse(text);
+					} catch {}
+					resolve({ status: res.statusCode ?? 0, body: parsed });
+				});
+				res.on("error", reject);
+			});
+			req.on("error", reject);
+			req.setTimeout(15_000, () => req.destroy(new Error(`${method} ${path}: no answer within 15 s`)));
+			if (body !== undefined) req.write(JSON.stringify(body));
+			req.end();
+		});
+	}
+
+	/**
+	 * session returns the uid of the Session namespace/name, creating it for
+	 * adapter (the model pi records with) if it does not exist and create is
+	 * set.
+	 */
+	async session(namespace: string, name: string, adapter: Adapter | undefined): Promise<string> {
+		const path = `${GROUP}/namespaces/${encodeURIComponent(namespace)}/sessions/${encodeURIComponent(name)}`;
+		let res = await this.request("GET", path);
+		if (res.status === 404 && adapter) {
+			const created = await this.request("POST", `${GROUP}/namespaces/${encodeURIComponent(namespace)}/sessions`, {
+				apiVersion: "turnlog.dev/v1alpha1",
+				kind: "Session",
+				metadata: { namespace, name },
+				spec: { adapter },
+			});
+			// Created by someone else meanwhile: theirs is the one to use.
+			res = created.status === 409 ? await this.request("GET", path) : created;
+		}
+		if (res.status < 200 || res.status > 299) {
+			throw new Error(`Session ${namespace}/${name}: ${res.status} ${res.body?.message ?? res.body?.reason ?? ""}`.trim());
+		}
+		const uid = res.body?.metadata?.uid;
+		if (!uid) throw new Error(`Session ${namespace}/${name}: the API server gave no uid`);
+		return uid;
+	}
+
+	/** nudge sets turnlog.dev/requested-at: a merge patch of that annotation alone. */
+	async nudge(namespace: string, name: string): Promise<void> {
+		const path = `${GROUP}/namespaces/${encodeURIComponent(namespace)}/sessions/${encodeURIComponent(name)}`;
+		const res = await this.request(
+			"PATCH",
+			path,
+			{ metadata: { annotations: { [ANNOTATION_REQUESTED_AT]: new Date().toISOString() } } },
+			"application/merge-patch+json",
+		);
+		if (res.status < 200 || res.status > 299) throw new Error(`nudge Session ${namespace}/${name}: ${res.status} ${res.body?.message ?? ""}`.trim());
+	}
+
+	describe(): string {
+		return this.file;
+	}
+}

@@ -1,0 +1,330 @@
+// A Session's log as segments under <root>log/, written with the protocol of
+// docs/log-format.md ("Storage layout", "Appending safely"), the same as
+// turnlog's Go appender (internal/sessionlog, agenthost.Appender).
+import { randomBytes } from "node:crypto";
+import { type Store, StoreError } from "./store.ts";
+
+/** Writers split a batch into segments of at most this many bytes. */
+export const SPLIT_BYTES = 4 << 20;
+/** Readers refuse a longer line. */
+export const MAX_LINE_BYTES = 16 << 20;
+const ATTEMPTS = 20;
+
+export interface Location {
+	prefix?: string;
+	namespace: string;
+	session: string;
+	uid: string;
+}
+
+export function rootOf(loc: Location): string {
+	for (const [name, v] of [
+		["namespace", loc.namespace],
+		["session", loc.session],
+		["uid", loc.uid],
+	] as const) {
+		if (!v || v.includes("/")) throw new Error(`turnlog location ${name} ${JSON.stringify(v)}: must be a non-empty name without '/'`);
+	}
+	const root = `${loc.namespace}/${loc.session}/${loc.uid}/`;
+	return loc.prefix ? `${loc.prefix.replace(/\/+$/, "")}/${root}` : root;
+}
+
+export function segmentKey(root: string, first: number): string {
+	return `${root}log/${String(first).padStart(20, "0")}.jsonl`;
+}
+
+/** One event as read back: its seq, type and the rest of its members. */
+export type LogEvent = { seq: number; type: string; [k: string]: unknown };
+
+export class SegmentLog {
+	constructor(
+		readonly store: Store,
+		readonly root: string,
+	) {}
+
+	private async segments(): Promise<{ key: string; first: number }[]> {
+		const prefix = `${this.root}log/`;
+		const out: { key: string; first: number }[] = [];
+		for (const key of await this.store.list(prefix)) {
+			const m = /^(\d{20})\.jsonl$/.exec(key.slice(prefix.length));
+			if (!m) throw new Error(`bad log data: ${key}: not a segment`);
+			out.push({ key, first: Number(m[1]) });
+		}
+		return out;
+	}
+
+	private async readSegment(key: string, first: number): Promise<LogEvent[]> {
+		return (await this.readLines(key, first)).events;
+	}
+
+	private async readLines(key: string, first: number): Promise<{ events: LogEvent[]; lines: string[] }> {
+		const text = await retry(() => this.store.get(key));
+		if (text.length > 0 && !text.endsWith("\n")) throw new Error(`bad log data: ${key}: last line has no newline`);
+		const events: LogEvent[] = [];
+		const lines = text.split("\n").slice(0, -1);
+		for (let i = 0; i < lines.length; i++) {
+			let e: LogEvent;
+			try {
+				e = JSON.parse(lines[i]);
+			} catch (err) {
+				throw new Error(`bad log data: ${key} line ${i + 1} (seq ${first + i}): invalid JSON: ${(err as Error).message}`);
+			}
+			if (e?.seq !== first + i) throw new Error(`bad log data: ${key} line ${i + 1} (seq ${first + i}): seq ${JSON.stringify(e?.seq)}`);
+			events.push(e);
+		}
+		return { events, lines };
+	}
+
+	/** The seq the next event gets: 0 for an empty log. */
+	async head(): Promise<number> {
+		const segs = await retry(() => this.segments());
+		if (segs.length === 0) return 0;
+		const last = segs[segs.length - 1];
+		return last.first + (await this.readSegment(last.key, last.first)).length;
+	}
+
+	/**
+	 * forkTo writes the log's events 0..cut, byte for byte, as the log of
+	 * child, which must be empty: the offline form of a SessionFork
+	 * (docs/log-format.md, "Forks"). Segments are created if absent, so a
+	 * child that already has a log is refused, not overwritten.
+	 */
+	async forkTo(child: SegmentLog, cut: number): Promise<void> {
+		if ((await retry(() => child.segments())).length > 0) throw new Error(`the fork's child ${child.root} already has a log`);
+		const lines: string[] = [];
+		for (const s of await retry(() => this.segments())) {
+			if (s.first > cut) break;
+			lines.push(...(await this.readLines(s.key, s.first)).lines);
+		}
+		if (lines.length <= cut) throw new Error(`the log ends at seq ${lines.length - 1}, before the cut at seq ${cut}`);
+		const app = new OwnedAppender(child, 0, { flushIntervalMs: -1 });
+		app.addLines(lines.slice(0, cut + 1));
+		await app.close();
+	}
+
+	/** Every event of the log, checking that seqs are dense across segments. */
+	async readAll(): Promise<LogEvent[]> {
+		const segs = await retry(() => this.segments());
+		const out: LogEvent[] = [];
+		for (const s of segs) {
+			if (s.first !== out.length) throw new Error(`bad log data: ${s.key}: starts at seq ${s.first}, the log has ${out.length} events before it`);
+			out.push(...(await this.readSegment(s.key, s.first)));
+		}
+		return out;
+	}
+}
+
+/** StaleWriterError: another writer appended where this one owns the log. */
+export class StaleWriterError extends Error {
+	constructor(
+		readonly expected: number,
+		readonly key: string,
+	) {
+		super(`another writer appended at seq ${expected} (${key}): the log moved on; re-read it before writing again`);
+	}
+}
+
+interface Piece {
+	first: number;
+	lines: string[];
+	token: string;
+	// An earlier attempt may have stored this piece: a precondition failure
+	// then needs the token compared before anything else.
+	uncertain: boolean;
+}
+
+export interface AppenderOptions {
+	/** Longest an added event waits before it is written; 100 ms. Negative: no timer. */
+	flushIntervalMs?: number;
+	/** Told the next seq after each write that stored events. */
+	onWritten?: (next: number, endsTurn: boolean) => void;
+	/** Told of a write that failed (it is retried by the next flush). */
+	onError?: (err: Error) => void;
+}
+
+/**
+ * OwnedAppender appends to a log this host owns, as agenthost's AppenderAt:
+ * events get their seqs when they are added, from next on, and each segment
+ * must land right after the previous one. Events are written as one segment
+ * per flush: every flushIntervalMs after the first event of a batch, and at
+ * once when a response/finish or a turn/end is added. A failed write keeps
+ * its events, and the next flush retries them first, at the same key with
+ * the same writer token, so the store never holds them twice.
+ */
+export class OwnedAppender {
+	private pending: string[] = [];
+	private pendingFirst: number;
+	private inflight: Piece[] = [];
+	private writerName = randomBytes(12).toString("base64url");
+	private batches = 0;
+	private timer: NodeJS.Timeout | undefined;
+	private chain: Promise<void> = Promise.resolve();
+	private fatal: Error | undefined;
+	private closed = false;
+	/** The seq the next added event gets. */
+	next: number;
+	/** Everything before this seq is acknowledged: in the log, once. */
+	acked: number;
+
+	constructor(
+		private log: SegmentLog,
+		next: number,
+		private opts: AppenderOptions = {},
+	) {
+		this.next = next;
+		this.pendingFirst = next;
+		this.acked = next;
+	}
+
+	/** add numbers events from next on and returns their seqs. A response/finish or turn/end flushes. */
+	add(...events: Record<string, unknown>[]): { seqs: number[]; flushed?: Promise<void> } {
+		if (this.fatal) throw this.fatal;
+		if (this.closed) throw new Error("turnlog appender closed");
+		const seqs: number[] = [];
+		let ends = false;
+		for (const e of events) {
+			const seq = this.next++;
+			seqs.push(seq);
+			const line = JSON.stringify({ seq, ...e });
+			if (Buffer.byteLength(line) > MAX_LINE_BYTES) {
+				throw new Error(`turnlog: event ${String(e.type)} at seq ${seq} is ${Buffer.byteLength(line)} bytes, over the 16 MiB line limit`);
+			}
+			this.pending.push(line);
+			ends ||= e.type === "response/finish" || e.type === "turn/end";
+		}
+		if (ends) return { seqs, flushed: this.flush() };
+		const interval = this.opts.flushIntervalMs ?? 100;
+		if (!this.timer && interval >= 0 && this.pending.length > 0) {
+			this.timer = setTimeout(() => {
+				this.timer = undefined;
+				this.flush().catch(() => {}); // kept and retried by the next flush
+			}, interval);
+		}
+		return { seqs };
+	}
+
+	/** addLines adds events already numbered from next on, as the lines to store. */
+	addLines(lines: string[]): void {
+		if (this.fatal) throw this.fatal;
+		this.pending.push(...lines);
+		this.next += lines.length;
+	}
+
+	/** flush writes everything added so far; it resolves when all of it is acknowledged. */
+	flush(): Promise<void> {
+		if (this.timer) {
+			clearTimeout(this.timer);
+			this.timer = undefined;
+		}
+		const run = this.chain.then(() => this.flushNow());
+		this.chain = run.catch(() => {});
+		return run;
+	}
+
+	private async flushNow(): Promise<void> {
+		if (this.fatal) throw this.fatal;
+		if (this.pending.length > 0) {
+			this.inflight.push(...this.split(this.pendingFirst, this.pending));
+			this.pendingFirst += this.pending.length;
+			this.pending = [];
+		}
+		while (this.inflight.length > 0) {
+			const p = this.inflight[0];
+			try {
+				await this.write(p);
+			} catch (err) {
+				if (err instanceof StaleWriterError) this.fatal = err;
+				this.opts.onError?.(err as Error);
+				throw err;
+			}
+			this.inflight.shift();
+			this.acked = p.first + p.lines.length;
+			const endsTurn = p.lines.some((l) => l.includes('"type":"turn/end"'));
+			this.opts.onWritten?.(this.acked, endsTurn);
+		}
+	}
+
+	/** split cuts a batch into segments of at most SPLIT_BYTES (a bigger line gets one of its own). */
+	private split(first: number, lines: string[]): Piece[] {
+		const out: Piece[] = [];
+		let cur: string[] = [];
+		let size = 0;
+		let start = first;
+		for (const l of lines) {
+			const n = Buffer.byteLength(l) + 1;
+			if (cur.length > 0 && size + n > SPLIT_BYTES) {
+				out.push(this.piece(start, cur));
+				start += cur.length;
+				cur = [];
+				size = 0;
+			}
+			cur.push(l);
+			size += n;
+		}
+		if (cur.length > 0) out.push(this.piece(start, cur));
+		return out;
+	}
+
+	private piece(first: number, lines: string[]): Piece {
+		return { first, lines, token: `${this.writerName}.${++this.batches}`, uncertain: false };
+	}
+
+	private async write(p: Piece): Promise<void> {
+		const key = segmentKey(this.log.root, p.first);
+		const body = p.lines.map((l) => `${l}\n`).join("");
+		let last: Error | undefined;
+		for (let attempt = 1; attempt <= ATTEMPTS; attempt++) {
+			try {
+				await this.log.store.putIfAbsent(key, body, { "turnlog-writer": p.token });
+				return;
+			} catch (err) {
+				if (!(err instanceof StoreError)) throw err;
+				last = err;
+				if (err.kind === "exists") {
+					// Ours, from an attempt whose answer was lost, or
+					// another writer's. A service hiccup can also report a
+					// free key as taken: then the key is not there.
+					let token: string | undefined;
+					try {
+						token = await this.log.store.writer(key);
+					} catch (herr) {
+						if (!(herr instanceof StoreError) || herr.kind === "permanent") throw herr;
+						last = herr;
+						await backoff(attempt);
+						continue;
+					}
+					if (token === p.token) return;
+					throw new StaleWriterError(p.first, key);
+				}
+				if (err.kind !== "transient") throw err;
+				p.uncertain = true;
+			}
+			await backoff(attempt);
+		}
+		throw new Error(`turnlog: append at seq ${p.first}: giving up after ${ATTEMPTS} attempts${p.uncertain ? " (the events may be in the log; the next flush retries them with the same token)" : ""}: ${last?.message}`);
+	}
+
+	/** close flushes what was added and stops the appender. */
+	async close(): Promise<void> {
+		if (this.closed) return;
+		const done = this.flush();
+		this.closed = true;
+		await done;
+	}
+}
+
+function backoff(attempt: number): Promise<void> {
+	const d = Math.min(2 << Math.min(attempt - 1, 10), 250);
+	return new Promise((r) => setTimeout(r, Math.random() * d + 1));
+}
+
+async function retry<T>(op: () => Promise<T>): Promise<T> {
+	for (let attempt = 1; ; attempt++) {
+		try {
+			return await op();
+		} catch (err) {
+			if (!(err instanceof StoreError) || err.kind !== "transient" || attempt >= ATTEMPTS) throw err;
+			await backoff(attempt);
+		}
+	}
+}

@@ -1,0 +1,53 @@
+package pirecord
+
+import (
+	"bytes"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/turnlog/turnlog/agenthost"
+	"github.com/turnlog/turnlog/internal/testutil/versitygw"
+)
+
+// TestBadConfigurationSaysSo: a store URL the package cannot use, or a
+// Session another pi session was recorded into, is reported in one line,
+// and pi goes on working without recording.
+func TestBadConfigurationSaysSo(t *testing.T) {
+	gw := versitygw.Start(t)
+	prov := newProvider(t)
+	for _, c := range []struct{ url, want string }{
+		{"gs://sessions", `turnlog: open the log: turnlog store URL "gs://sessions": only s3:// is supported by the pi package`},
+		{"s3://sessions?regoin=eu-west-1", `turnlog: open the log: turnlog store URL "s3://sessions?regoin=eu-west-1": unknown parameter "regoin"`},
+	} {
+		e := newEnv(t, prov, c.url, gw, "team-a", "chat-bad", "b4d")
+		pi := e.start()
+		prov.queue(reply{blocks: []block{{kind: "text", text: "Still here."}}, stop: "end_turn"})
+		pi.prompt("Are you there?")
+		pi.quit()
+		said := strings.Join(pi.notes, "\n") + "\n" + pi.stderr.String()
+		if !strings.Contains(said, c.want+"\n") {
+			t.Errorf("TURNLOG_STORE_URL=%s: pi said\n%s\nwant the line %q", c.url, said, c.want)
+		}
+	}
+
+	// A new pi session named into a Session that holds another one's log.
+	ref := sessionRef{gw: gw, loc: agenthost.Location{Namespace: "team-a", Session: "chat-taken", UID: "7a4e"}}
+	e := newEnv(t, prov, gw.URL, gw, ref.loc.Namespace, ref.loc.Session, ref.loc.UID)
+	first := e.start()
+	prov.queue(reply{blocks: []block{{kind: "text", text: "First."}}, stop: "end_turn"})
+	first.prompt("Hello.")
+	first.quit()
+	before := ref.export(t)
+	second := e.start()
+	prov.queue(reply{blocks: []block{{kind: "text", text: "Second."}}, stop: "end_turn"})
+	second.prompt("Hello again.")
+	second.quit()
+	said := strings.Join(second.notes, "\n")
+	if !regexp.MustCompile(`turnlog: open the log: team-a/chat-taken was recorded from pi session \S+, not this one \(\S+\): resume that session, or record into another Session`).MatchString(said) {
+		t.Errorf("a second pi session into one Session: pi said\n%s\nstderr:\n%s", said, second.stderr.String())
+	}
+	if after := ref.export(t); !bytes.Equal(after, before) {
+		t.Errorf("the second pi session wrote to the first one's log:\n%s", after[len(before):])
+	}
+}

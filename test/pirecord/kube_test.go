@@ -1,0 +1,121 @@
+package pirecord
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/turnlog/turnlog/agenthost"
+	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/testutil/versitygw"
+	"github.com/turnlog/turnlog/internal/turnlog"
+)
+
+// startAPIServer starts kube-apiserver and etcd with turnlog's CRDs and
+// returns a client and a kubeconfig file for pi.
+func startAPIServer(t *testing.T) (client.Client, string) {
+	t.Helper()
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	if assets == "" {
+		home, _ := os.UserHomeDir()
+		assets = filepath.Join(home, ".local", "share", "kubebuilder-envtest", "k8s", "1.37.2-linux-amd64")
+	}
+	if _, err := os.Stat(filepath.Join(assets, "kube-apiserver")); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("no control plane in %s: run `make control-plane`", assets)
+		}
+		t.Skipf("no control plane in %s: run `make control-plane`", assets)
+	}
+	env := &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+		BinaryAssetsDirectory: assets,
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	scheme := runtime.NewScheme()
+	utilruntime.Must(turnlogv1.AddToScheme(scheme))
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	user, err := env.AddUser(envtest.User{Name: "pi-user", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := user.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(path, kc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return c, path
+}
+
+// TestSessionThroughTheAPIServer: with a kubeconfig, the package creates
+// the Session by name (its spec.adapter pi's model), records into the log
+// of the uid the API server gave it, nudges it after each turn, and forks
+// into a child Session named without its uid.
+func TestSessionThroughTheAPIServer(t *testing.T) {
+	kube, kubeconfig := startAPIServer(t)
+	gw := versitygw.Start(t)
+	prov := newProvider(t)
+	e := newEnv(t, prov, gw.URL, gw, "default", "chat-kube", "")
+	e.vars = append(e.vars, "TURNLOG_KUBECONFIG="+kubeconfig)
+	pi := e.start()
+	prov.queue(reply{blocks: []block{{kind: "text", text: "Hello from the cluster."}}, stop: "end_turn"})
+	pi.prompt("Hello?")
+
+	ctx := context.Background()
+	var session turnlogv1.Session
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := kube.Get(ctx, client.ObjectKey{Namespace: "default", Name: "chat-kube"}, &session)
+		if err == nil && session.Annotations[turnlogv1.AnnotationRequestedAt] != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no nudged Session default/chat-kube after 30 s (%v): %+v", err, session.ObjectMeta)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	want := turnlogv1.Adapter{Kind: "pi-ai", API: "anthropic-messages", Provider: "fake", Model: "model-a", ReleaseLine: "1"}
+	if session.Spec.Adapter != want {
+		t.Errorf("the Session's spec.adapter is %+v, want %+v", session.Spec.Adapter, want)
+	}
+	ref := sessionRef{gw: gw, loc: agenthost.Location{Namespace: "default", Session: "chat-kube", UID: string(session.UID)}}
+	waitTurns(t, ref, 1)
+	events := validate(t, ref.export(t))
+
+	// A child Session that exists, named without its uid.
+	child := &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "chat-kube-child"}}
+	if err := kube.Create(ctx, child); err != nil {
+		t.Fatal(err)
+	}
+	pi.call(map[string]any{"type": "prompt", "message": "/turnlog-fork 1 default/chat-kube-child"})
+	if last := pi.notes[len(pi.notes)-1]; !strings.HasSuffix(last, fmt.Sprintf("into default/chat-kube-child/%s", child.UID)) {
+		t.Fatalf("/turnlog-fork: %s", last)
+	}
+	pi.quit()
+	childRef := sessionRef{gw: gw, loc: agenthost.Location{Namespace: "default", Session: "chat-kube-child", UID: string(child.UID)}}
+	childEvents := validate(t, childRef.export(t))
+	if last := childEvents[len(childEvents)-1]; last.Type != turnlog.TypeTurnEnd || len(childEvents) > len(events) {
+		t.Fatalf("the child's log (%d events) is not the parent's first turn (%d events)", len(childEvents), len(events))
+	}
+	t.Logf("Session default/chat-kube (uid %s): %d events, nudged at %s; child %d events", session.UID, len(events), session.Annotations[turnlogv1.AnnotationRequestedAt], len(childEvents))
+}
