@@ -65,17 +65,24 @@ pi-turnlog/node_modules/.package-lock.json: pi-turnlog/package.json pi-turnlog/p
 generate: ## Generate deepcopy code.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 
+# turnlogtest embeds the CRDs and the admission policy, and go:embed reads
+# only files below the package: it gets copies.
+TURNLOGTEST_MANIFESTS := turnlogtest/manifests
+
 .PHONY: manifests
-manifests: ## Generate CRDs and RBAC into config/.
+manifests: ## Generate CRDs and RBAC into config/, and turnlogtest's copies of the CRDs and admission policy.
 	$(CONTROLLER_GEN) crd rbac:roleName=turnlog-manager paths=./api/... paths=./controllers/... \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+	rm -rf $(TURNLOGTEST_MANIFESTS) && mkdir -p $(TURNLOGTEST_MANIFESTS)/crd $(TURNLOGTEST_MANIFESTS)/admission
+	cp config/crd/bases/*.yaml $(TURNLOGTEST_MANIFESTS)/crd/
+	find config/admission -name '*.yaml' ! -name kustomization.yaml -exec cp {} $(TURNLOGTEST_MANIFESTS)/admission/ \;
 
 .PHONY: verify-generated
 verify-generated: ## Fail if generated code or manifests differ from the tree.
 	@snap=$$(mktemp -d); trap 'rm -rf "$$snap"' EXIT; \
-	cp -a api config "$$snap"/; \
+	cp -a api config $(TURNLOGTEST_MANIFESTS) "$$snap"/; \
 	$(MAKE) --no-print-directory generate manifests; \
-	if ! diff -ru "$$snap"/api api || ! diff -ru "$$snap"/config config; then \
+	if ! diff -ru "$$snap"/api api || ! diff -ru "$$snap"/config config || ! diff -ru "$$snap"/manifests $(TURNLOGTEST_MANIFESTS); then \
 		echo "generated files are out of date: run 'make generate manifests' and commit the result" >&2; exit 1; \
 	fi
 
@@ -111,7 +118,7 @@ test-unit: ## Unit tests, envtest suites and the local-cluster tests (everything
 	KUBEBUILDER_ASSETS=$(CONTROL_PLANE_DIR) $(GO) test $$($(GO) list ./... | grep -v -e /test/e2e -e /test/scale) -count=1 -timeout 20m
 
 .PHONY: test-examples
-test-examples: ## Build and test examples/, a module of its own that imports only turnlog's public packages.
+test-examples: control-plane ## Build and test examples/, a module of its own that imports only turnlog's public packages (its envtest one needs the control plane).
 	cd examples && $(GO) vet ./... && $(GO) test ./... -count=1
 
 # E2E_NODE=process runs the suite's worker pods as local processes instead
