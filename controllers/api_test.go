@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -57,6 +58,22 @@ var _ = Describe("turnlog.dev/v1alpha1 API", func() {
 		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(session), session)).To(Succeed())
 		Expect(session.Spec.Retention).To(Equal(turnlogv1.RetentionDelete))
 		Expect(fork.Spec.AtSeq).To(Equal("15.1"))
+	})
+
+	It("refuses a Session without spec in words a user can act on", func() {
+		for kind, fields := range map[string]map[string]any{"Session": {}, "SessionFork": {}} {
+			obj := &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "turnlog.dev/v1alpha1", "kind": kind,
+				"metadata": map[string]any{"name": "no-spec", "namespace": ns},
+			}}
+			for k, v := range fields {
+				obj.Object[k] = v
+			}
+			err := k8sClient.Create(ctx, obj)
+			Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%s: got %v", kind, err)
+			Expect(err.Error()).To(ContainSubstring("spec: Required value"), kind)
+			Expect(err.Error()).NotTo(ContainSubstring("no such key"), kind)
+		}
 	})
 
 	It("defaults retention to Delete", func() {

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/internal/outcome"
@@ -53,8 +54,10 @@ type SessionReconciler struct {
 	// timeout). 0 is no bound.
 	StoreTimeout time.Duration
 
-	// queue is the controller's fair queue (limits.go).
-	queue *fairQueue
+	// queue is the controller's fair queue (limits.go); watchdog, if set,
+	// bounds and tracks its reconciles (watchdog.go).
+	queue    *fairQueue
+	watchdog *watchdog
 
 	// reported remembers the last results each Session's Events were raised
 	// for (key: UID, then the task or failed run), because the status a reconcile starts from
@@ -480,5 +483,9 @@ func (r *SessionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.queue == nil {
 		r.queue = &fairQueue{}
 	}
-	return b.WithOptions(r.queue.options(r.PollInterval)).Complete(r)
+	var rec reconcile.Reconciler = r
+	if r.watchdog != nil {
+		rec = r.watchdog.watch("session", r, func() client.Object { return &turnlogv1.Session{} })
+	}
+	return b.WithOptions(r.queue.options(r.PollInterval)).Complete(rec)
 }

@@ -9,6 +9,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/assembler"
 	"github.com/turnlog/turnlog/internal/worker"
 )
 
@@ -36,12 +37,16 @@ func (r *SessionReconciler) assemblyEvents(session *turnlogv1.Session, a *worker
 		"assembled through seq %d (%d turns)", a.ThroughSeq, a.Turns)
 	listed, total := boundedNew(a)
 	for _, d := range listed {
-		r.Recorder.Eventf(messageRef(session, d.Seq), nil, "Warning", turnlogv1.EventEnvelopeDiscarded, "Assemble",
+		reason := turnlogv1.EventEnvelopeDiscarded
+		if d.Cause == assembler.CodeMessageTooLarge {
+			reason = turnlogv1.EventMessageTooLarge
+		}
+		r.Recorder.Eventf(messageRef(session, d.Seq), nil, "Warning", reason, "Assemble",
 			"%s", truncate(fmt.Sprintf("seq %d: %s", d.Seq, d.Message), maxNote))
 	}
 	if rest := total - int64(len(listed)); rest > 0 {
 		r.Recorder.Eventf(session, nil, "Warning", turnlogv1.EventEnvelopeDiscarded, "Assemble",
-			"%d more replay envelopes discarded in this run (%d in all); status.envelopesDiscarded counts them", rest, total)
+			"%d more problems in this run (%d in all): replay envelopes discarded (status.envelopesDiscarded counts them) or responses too large to keep", rest, total)
 	}
 }
 

@@ -42,8 +42,9 @@ type SessionForkReconciler struct {
 
 	// queue is the controller's fair queue (limits.go); copies bounds the
 	// forks cut and copied at once, since each reads the source's log.
-	queue  *fairQueue
-	copies *slots
+	queue    *fairQueue
+	copies   *slots
+	watchdog *watchdog
 }
 
 // forkScope is what the steps of one reconcile share.
@@ -416,12 +417,16 @@ func (r *SessionForkReconciler) SetupWithManager(ctx context.Context, mgr ctrl.M
 	if r.queue == nil {
 		r.queue = &fairQueue{}
 	}
+	var rec reconcile.Reconciler = r
+	if r.watchdog != nil {
+		rec = r.watchdog.watch("sessionfork", r, func() client.Object { return &turnlogv1.SessionFork{} })
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&turnlogv1.SessionFork{}).
 		Watches(&turnlogv1.Session{}, handler.EnqueueRequestsFromMapFunc(r.forksOfSource)).
 		Named("sessionfork").
 		WithOptions(r.queue.options(r.PollInterval)).
-		Complete(r)
+		Complete(rec)
 }
 
 func (r *SessionForkReconciler) forksOfSource(ctx context.Context, o client.Object) []reconcile.Request {

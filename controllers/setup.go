@@ -46,6 +46,9 @@ type Config struct {
 	// Limits share the manager between namespaces; zero fields take their
 	// defaults.
 	Limits Limits
+	// ReconcileDeadline bounds one reconcile (watchdog.go); zero is
+	// DefaultReconcileDeadline.
+	ReconcileDeadline time.Duration
 }
 
 // Defaults of Config.
@@ -108,12 +111,22 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	if cfg.ReconcileDeadline < 0 {
+		return fmt.Errorf("reconcile deadline must not be negative, got %s", cfg.ReconcileDeadline)
+	}
+	if cfg.ReconcileDeadline == 0 {
+		cfg.ReconcileDeadline = DefaultReconcileDeadline
+	}
 	recorder := mgr.GetEventRecorder("turnlog")
+	watch := newWatchdog(cfg.ReconcileDeadline, recorder)
+	if err := mgr.AddHealthzCheck("reconciles", watch.Check); err != nil {
+		return err
+	}
 	sessions := &SessionReconciler{
 		Client: mgr.GetClient(), Recorder: recorder, Stores: cfg.Stores,
 		PollInterval: cfg.PollInterval, MaxPollInterval: cfg.MaxPollInterval,
 		MaxWorkerFailures: cfg.WorkerMaxFailures, DeletionTimeout: cfg.DeletionTimeout,
-		StoreTimeout: cfg.StoreTimeout, queue: &fairQueue{limits: limits},
+		StoreTimeout: cfg.StoreTimeout, queue: &fairQueue{limits: limits}, watchdog: watch,
 	}
 	switch cfg.WorkerMode {
 	case WorkerModeLocal:
@@ -136,7 +149,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 		return fmt.Errorf("set up the Session controller: %w", err)
 	}
 	forks := &SessionForkReconciler{Client: mgr.GetClient(), Recorder: recorder, Stores: cfg.Stores, PollInterval: cfg.PollInterval,
-		queue: &fairQueue{limits: limits},
+		queue: &fairQueue{limits: limits}, watchdog: watch,
 		copies: &slots{
 			total: limits.ForkCopies, totalName: "fork-copies",
 			perNamespace: limits.NamespaceForkCopies, perNamespaceName: "namespace-fork-copies",

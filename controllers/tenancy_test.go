@@ -439,6 +439,50 @@ var _ = Describe("Tenants", Ordered, func() {
 		Expect(alice.Create(ctx, f, client.DryRunAll)).To(Succeed())
 	})
 
+	It("cannot remove turnlog's finalizer to orphan a Session's log", func() {
+		kept := &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Name: "kept", Namespace: teamA}}
+		// Its store fails, so its deletion waits (DeletionBlocked) for the
+		// deletion timeout: long enough to try to strip it meanwhile.
+		stuck := &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Name: "kept-stuck", Namespace: teamA},
+			Spec: turnlogv1.SessionSpec{Storage: turnlogv1.SessionStorage{Store: "broken"}}}
+		for _, s := range []*turnlogv1.Session{kept, stuck} {
+			Expect(alice.Create(ctx, s)).To(Succeed())
+			Eventually(func(g Gomega) []string {
+				return getSession(teamA, s.Name)(g).Finalizers
+			}).Should(ContainElement(turnlogv1.FinalizerRetention))
+		}
+		strip := func(c client.Client, s *turnlogv1.Session) error {
+			got := &turnlogv1.Session{}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(s), got); err != nil {
+				return err
+			}
+			patch := client.MergeFrom(got.DeepCopy())
+			got.Finalizers = nil
+			return c.Patch(ctx, got, patch)
+		}
+		const refused = "the finalizer turnlog.dev/retention is removed only by the turnlog manager"
+		By("refused to the tenant before deletion, with a message naming the finalizer")
+		Eventually(func() error { return strip(alice, kept) }).Should(MatchError(ContainSubstring(refused)))
+		err := strip(alice, kept)
+		Expect(apierrors.IsForbidden(err) || apierrors.IsInvalid(err)).To(BeTrue(), "got %v", err)
+
+		By("and during deletion")
+		Expect(alice.Delete(ctx, stuck)).To(Succeed())
+		Eventually(func(g Gomega) string {
+			return cond(getSession(teamA, stuck.Name)(g).Status.Conditions, turnlogv1.ConditionReady)
+		}).Should(Equal("False/" + turnlogv1.ReasonDeletionBlocked))
+		Expect(strip(alice, stuck)).To(MatchError(ContainSubstring(refused)))
+
+		By("the manager applies the retention and removes it itself")
+		Expect(alice.Delete(ctx, kept)).To(Succeed())
+		for _, s := range []*turnlogv1.Session{kept, stuck} {
+			Eventually(func() bool {
+				return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(s), &turnlogv1.Session{}))
+			}).WithTimeout(deletionTimeout+time.Minute).Should(BeTrue(), s.Name)
+		}
+		Expect(dirs("tenants", teamA)).NotTo(ContainElement("kept"))
+	})
+
 	It("releases a deleted Session whose store cannot be opened after the deletion timeout", func() {
 		for _, name := range []string{"unreachable", "attacker-endpoint"} {
 			s := &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Name: "doomed-" + name, Namespace: teamA},

@@ -122,6 +122,11 @@ const (
 	// EventEnvelopeDiscarded (Warning, on the Session): assembly discarded a
 	// response's replay envelope that did not line up with its blocks.
 	EventEnvelopeDiscarded = "EnvelopeDiscarded"
+	// EventMessageTooLarge (Warning, on the Session, field log[<seq>]): a
+	// response streamed more than a message may hold (8 MiB of text,
+	// thinking and tool arguments); its content is left out of the
+	// transcript and its message says so.
+	EventMessageTooLarge = "MessageTooLarge"
 	// EventCheckpointRejected (Warning, on the Session): a worker checkpoint
 	// beside the log could not be true of the log (too large, unreadable,
 	// or past its head); it is ignored and the work done again.
@@ -160,6 +165,10 @@ const (
 	// EventForkQueued (Normal, on the SessionFork): the fork waits for a
 	// copy slot (see ReasonForkQueued); raised once per fork.
 	EventForkQueued = "ForkQueued"
+	// EventReconcileOverdue (Warning, on a Session or SessionFork): a
+	// reconcile ran past --reconcile-deadline and its grace without ending;
+	// the manager fails its liveness check until it does.
+	EventReconcileOverdue = "ReconcileOverdue"
 	// EventForked (Normal, on the SessionFork): the child Session is seeded.
 	EventForked = "Forked"
 	// EventForkFailed (Warning, on the SessionFork): the fork failed for good.

@@ -296,7 +296,10 @@ type Session struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec   SessionSpec   `json:"spec,omitempty"`
+	// spec is the desired state of the Session; `spec: {}` takes every
+	// default.
+	// +required
+	Spec   SessionSpec   `json:"spec"`
 	Status SessionStatus `json:"status,omitempty"`
 }
 

@@ -16,6 +16,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -55,6 +56,7 @@ func runManager(ctx context.Context, args []string, _ io.Reader, _, stderr io.Wr
 		return nil
 	})
 	storeTimeout := fs.Duration("store-timeout", controllers.DefaultStoreTimeout, "how long one look at a Session may wait for its store (the probe, the head, the checkpoints) before it is reported StoreUnavailable and retried")
+	reconcileDeadline := fs.Duration("reconcile-deadline", controllers.DefaultReconcileDeadline, "how long one reconcile (worker runs inside the manager included) may run before its context ends; one still running a minute later fails the liveness check (/healthz), so the manager is restarted")
 	deletionTimeout := fs.Duration("deletion-timeout", controllers.DefaultDeletionTimeout, "how long a deleted Session with retention Delete waits for its store before it is released with its log left in place")
 	pollInterval := fs.Duration("poll-interval", time.Minute, "how often a busy Session's log is looked at without a nudge")
 	maxPollInterval := fs.Duration("max-poll-interval", time.Hour, "how seldom a Session whose log has been quiet at least this long is looked at without a nudge")
@@ -103,6 +105,9 @@ func runManager(ctx context.Context, args []string, _ io.Reader, _, stderr io.Wr
 	if *deletionTimeout <= 0 {
 		return usageError(fs, fmt.Errorf("--deletion-timeout %s: must be positive", *deletionTimeout))
 	}
+	if *reconcileDeadline <= 0 {
+		return usageError(fs, fmt.Errorf("--reconcile-deadline %s: must be positive", *reconcileDeadline))
+	}
 	if err := checkLimits(limits); err != nil {
 		return usageError(fs, err)
 	}
@@ -110,7 +115,7 @@ func runManager(ctx context.Context, args []string, _ io.Reader, _, stderr io.Wr
 	if err != nil {
 		return fail(stderr, "manager", err)
 	}
-	defer stores.Close()
+	defer closeWithin(stores, 5*time.Second)
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(turnlogv1.AddToScheme(scheme))
@@ -133,7 +138,10 @@ func runManager(ctx context.Context, args []string, _ io.Reader, _, stderr io.Wr
 		HealthProbeBindAddress: *probeAddr,
 		LeaderElection:         *leaderElect,
 		LeaderElectionID:       "turnlog-manager.turnlog.dev",
-		Cache:                  controllers.CacheOptions(namespaces...),
+		// Within the Deployment's terminationGracePeriodSeconds: reconciles
+		// that do not end by then are abandoned, not waited for.
+		GracefulShutdownTimeout: ptr.To(shutdownGrace),
+		Cache:                   controllers.CacheOptions(namespaces...),
 	})
 	if err != nil {
 		return fail(stderr, "manager", fmt.Errorf("create the manager: %w", err))
@@ -147,6 +155,7 @@ func runManager(ctx context.Context, args []string, _ io.Reader, _, stderr io.Wr
 		DeletionTimeout:   *deletionTimeout,
 		StoreTimeout:      *storeTimeout,
 		Limits:            limits,
+		ReconcileDeadline: *reconcileDeadline,
 		Jobs: controllers.JobWorkers{
 			Image:                   *workerImage,
 			ServiceAccount:          *workerSA,
@@ -170,6 +179,24 @@ func runManager(ctx context.Context, args []string, _ io.Reader, _, stderr io.Wr
 		return fail(stderr, "manager", err)
 	}
 	return 0
+}
+
+// shutdownGrace is how long the manager waits for its reconciles after
+// SIGTERM before it exits anyway; config/manager gives the pod 30s.
+const shutdownGrace = 20 * time.Second
+
+// closeWithin closes the stores, but does not wait longer than d: a store
+// call that never returns must not keep a stopping manager alive.
+func closeWithin(c io.Closer, d time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		_ = c.Close()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(d):
+	}
 }
 
 // memoryLimitShare is the part of the container's memory limit the Go

@@ -41,7 +41,18 @@ const (
 	// CodeInconsistentStream: an event contradicts the stream so far (a chunk
 	// after the finish, a second finish, a block changing type); it was ignored.
 	CodeInconsistentStream = "INCONSISTENT_STREAM"
+	// CodeMessageTooLarge: a response streamed more than MaxMessageBytes;
+	// its content was not kept, and its message holds a text block saying so.
+	CodeMessageTooLarge = "MESSAGE_TOO_LARGE"
 )
+
+// MaxMessageBytes bounds what assembly holds of one response: the text,
+// thinking and tool arguments its chunks stream. A response that streams
+// more (no model answers with megabytes; a host that loops might) is a data
+// error for that message, not a reason for a worker to run out of memory:
+// its chunks past the bound are counted, not kept. Encoded as JSON, a
+// message of this size stays well within what a transcript part may hold.
+const MaxMessageBytes = 8 << 20
 
 // Diagnostic reports something assembly did about an event.
 type Diagnostic struct {
@@ -185,7 +196,12 @@ func (a *Assembler) Add(e *turnlog.Event) Output {
 func (a *Assembler) Flush() Output {
 	var out Output
 	for _, r := range a.responses {
-		if !r.finished {
+		switch {
+		case !r.finished && r.oversize:
+			note, text := r.tooLargeNote()
+			out.Partials = append(out.Partials, Partial{Seq: r.lastSeq, Turn: r.turn, Response: r.number, Content: text})
+			out.Diagnostics = append(out.Diagnostics, Diagnostic{Code: CodeMessageTooLarge, Seq: r.lastSeq, Message: note})
+		case !r.finished:
 			out.Partials = append(out.Partials, r.partial(""))
 			a.release(r)
 		}
@@ -225,9 +241,19 @@ func (a *Assembler) chunk(e *turnlog.Event, c turnlog.Chunk) Output {
 		return diagnostic(CodeInconsistentStream, e.Seq, "chunk for response %d after its response/finish is ignored", c.Response)
 	}
 	r.lastSeq = e.Seq
+	n := int64(len(c.Delta.Text) + len(c.Delta.Thinking) + len(c.Delta.ArgumentsDelta))
+	if r.oversize {
+		r.bytes += n
+		return Output{}
+	}
 	b := a.block(r, c.Block, c.Delta.Type)
 	if b.typ != c.Delta.Type {
 		return diagnostic(CodeInconsistentStream, e.Seq, "block %d of response %d is %s, a %s delta for it is ignored", c.Block, c.Response, b.typ, c.Delta.Type)
+	}
+	if r.bytes += n; r.bytes > MaxMessageBytes {
+		r.oversize = true
+		a.release(r)
+		return Output{}
 	}
 	b.add(c.Delta)
 	return Output{}
@@ -244,10 +270,40 @@ func (a *Assembler) finish(e *turnlog.Event, f turnlog.ResponseFinish) Output {
 	r.finished = true
 	r.lastSeq = e.Seq
 	defer a.release(r) // a finished response takes no more chunks
+	if r.oversize {
+		return r.tooLarge(e, f)
+	}
 	if f.StopReason.Interrupted() {
 		return Output{Partials: []Partial{r.partial(f.StopReason)}}
 	}
 	return r.assemble(e, f)
+}
+
+// tooLargeNote says what was left out of an oversize response, as a
+// diagnostic's message and as content.
+func (r *response) tooLargeNote() (string, []turnlog.ContentBlock) {
+	note := fmt.Sprintf("response %d of turn %d streamed %d bytes, more than the %d a message may have; its content is not in the transcript", r.number, r.turn, r.bytes, MaxMessageBytes)
+	return note, []turnlog.ContentBlock{{Type: turnlog.BlockText, Text: "[" + note + "]"}}
+}
+
+// tooLarge is what a response that streamed more than MaxMessageBytes
+// becomes: its message (or partial) holds one text block that says what
+// was left out, without replay state, and a diagnostic reports it. Its tool
+// calls are gone, so results answering them replay as orphans do.
+func (r *response) tooLarge(e *turnlog.Event, f turnlog.ResponseFinish) Output {
+	note, text := r.tooLargeNote()
+	out := Output{Diagnostics: []Diagnostic{{Code: CodeMessageTooLarge, Seq: e.Seq, Message: note}}}
+	if f.StopReason.Interrupted() {
+		out.Partials = []Partial{{Seq: r.lastSeq, Turn: r.turn, Response: r.number, StopReason: f.StopReason, Content: text}}
+		return out
+	}
+	msg := turnlog.AssistantMessage{Content: text, API: r.adapter.API, Provider: r.adapter.Provider, Model: r.adapter.Model,
+		Usage: f.Usage, StopReason: f.StopReason}
+	if t, err := time.Parse(time.RFC3339Nano, e.Time); err == nil {
+		msg.Timestamp = t.UnixMilli()
+	}
+	out.Message = &Assembled{Seq: e.Seq, Turn: r.turn, Response: r.number, Message: msg}
+	return out
 }
 
 // release returns the text buffers of a response that is done streaming.
@@ -275,6 +331,10 @@ type response struct {
 	byIndex  map[int]*streamBlock
 	finished bool
 	lastSeq  int64
+	// bytes is what the response's chunks streamed; oversize is set once
+	// that passed MaxMessageBytes, and its blocks are no longer kept.
+	bytes    int64
+	oversize bool
 }
 
 // streamBlock is one block as the stream emitted it.

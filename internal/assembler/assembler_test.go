@@ -338,3 +338,40 @@ func TestAssemblyIsDeterministicAndResumable(t *testing.T) {
 		t.Error("assembly resumed at a turn/start differs from the full assembly")
 	}
 }
+
+// TestOversizeResponse: a response that streams more than MaxMessageBytes
+// is a data error for that message only — its content is not kept, its
+// message says so without replay state, a diagnostic names it — and the
+// next response of the turn assembles as usual.
+func TestOversizeResponse(t *testing.T) {
+	piece := strings.Repeat("x", 1<<20)
+	var bodies []string
+	bodies = append(bodies, `response/start,"response":0`)
+	for range assembler.MaxMessageBytes>>20 + 2 {
+		bodies = append(bodies, chunk(0, fmt.Sprintf(`{"type":"text","text":%q}`, piece)))
+	}
+	bodies = append(bodies, chunk(1, `{"type":"toolCall","id":"toolu_1","name":"grep","argumentsDelta":"{}"}`))
+	bodies = append(bodies, finish("toolUse", envelopeV2),
+		`response/start,"response":1`,
+		`chunk,"response":1,"block":0,"delta":{"type":"text","text":"Done."}`,
+		`response/finish,"response":1,"stopReason":"stop"`)
+	res := assembler.AssembleLog(turnLog(t, bodies...))
+	if len(res.Messages) != 2 {
+		t.Fatalf("got %d messages, want 2", len(res.Messages))
+	}
+	big := res.Messages[0].Message
+	streamed := (assembler.MaxMessageBytes>>20+2)<<20 + 2
+	if len(big.Content) != 1 || big.Content[0].Type != turnlog.BlockText ||
+		!strings.Contains(big.Content[0].Text, fmt.Sprintf("streamed %d bytes, more than the %d a message may have", streamed, assembler.MaxMessageBytes)) {
+		t.Errorf("oversize message content: %.300s", mustJSON(t, big.Content))
+	}
+	if big.ReplayState != nil || big.StopReason != turnlog.StopReasonToolUse {
+		t.Errorf("oversize message: replay state %s, stop %q; want none and toolUse", big.ReplayState, big.StopReason)
+	}
+	if len(res.Diagnostics) != 1 || res.Diagnostics[0].Code != assembler.CodeMessageTooLarge {
+		t.Errorf("diagnostics %s, want one %s", mustJSON(t, res.Diagnostics), assembler.CodeMessageTooLarge)
+	}
+	if got := mustJSON(t, res.Messages[1].Message.Content); got != `[{"type":"text","text":"Done."}]` {
+		t.Errorf("the next response: %s", got)
+	}
+}

@@ -20,6 +20,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/turnlog/turnlog/internal/store"
 	"github.com/turnlog/turnlog/internal/turnlog"
@@ -240,15 +243,39 @@ func (s *Store) Delete(ctx context.Context, loc Location) (int, error) {
 		}
 		keys = append(keys, o.Key)
 	}
-	n := 0
+	// Several at a time, since stores answer one delete per request; and
+	// ctx is looked at before each, because a store that answers every
+	// delete at once would otherwise never let a deadline be noticed.
+	var n atomic.Int64
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(deleteConcurrency)
 	for _, k := range keys {
-		err := retry(ctx, func() error { return s.bucket.Delete(ctx, k) })
-		if err != nil && !errors.Is(err, store.ErrNotFound) {
-			return n, fmt.Errorf("delete %s: %w", loc, err)
+		if gctx.Err() != nil {
+			break
 		}
-		if err == nil {
-			n++
-		}
+		g.Go(func() error {
+			if err := gctx.Err(); err != nil {
+				return err
+			}
+			err := retry(gctx, func() error { return s.bucket.Delete(gctx, k) })
+			if err != nil && !errors.Is(err, store.ErrNotFound) {
+				return err
+			}
+			if err == nil {
+				n.Add(1)
+			}
+			return nil
+		})
 	}
-	return n, nil
+	err = g.Wait()
+	if err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		return int(n.Load()), fmt.Errorf("delete %s (%d of %d objects deleted): %w", loc, n.Load(), len(keys), err)
+	}
+	return int(n.Load()), nil
 }
+
+// deleteConcurrency is how many deletes of one root run at once.
+const deleteConcurrency = 8

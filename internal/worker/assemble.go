@@ -116,8 +116,11 @@ func Assemble(ctx context.Context, log Log) (Summary, error) {
 			committed.Partials = append(committed.Partials, open.Partials...)
 			committed.Diagnostics = append(committed.Diagnostics, open.Diagnostics...)
 			for _, d := range open.Diagnostics {
-				if d.Code == assembler.CodeEnvelopeMisaligned {
+				switch d.Code {
+				case assembler.CodeEnvelopeMisaligned:
 					sum.EnvelopesDiscarded++
+					sum.note(Diagnostic{Seq: d.Seq, Cause: d.Code, Message: d.Message})
+				case assembler.CodeMessageTooLarge:
 					sum.note(Diagnostic{Seq: d.Seq, Cause: d.Code, Message: d.Message})
 				}
 			}

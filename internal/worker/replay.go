@@ -139,7 +139,24 @@ func replayRun(ctx context.Context, log Log, target turnlog.Adapter, startOver b
 			return msgs, nil
 		}
 	}
+	// The turns that end by the last turn/end assembly saw are known to
+	// end: their events go to the builder as they come. A turn past it
+	// may still be open, so its events wait until its turn/end (a run
+	// stops at a turn boundary). So the run holds at most the events of
+	// turns written since the last assembly, never a whole huge turn that
+	// assembly has already seen end.
+	settled := int64(-1)
+	if asm, found, err := LoadAssembly(ctx, log); err == nil && found && asm.LastTurnEnd != nil {
+		settled = asm.LastTurnEnd.Seq
+	}
 	var b *replay.Builder
+	builder := func() *replay.Builder {
+		if b == nil {
+			b = replay.NewBuilder(replay.Options{Target: counts.Target, Through: replay.Head, Open: state.Open, Prior: prior,
+				OnDegrade: func(d replay.Diagnostic) { degraded = append(degraded, d) }})
+		}
+		return b
+	}
 	var turn []turnlog.Event // events since the last settled one
 	inTurn := false
 	from := state.Next
@@ -156,7 +173,14 @@ func replayRun(ctx context.Context, log Log, target turnlog.Adapter, startOver b
 				counts.Target = defaultAdapter(counts.Target, p.Adapter)
 			}
 		}
-		turn = append(turn, e)
+		if e.Seq == settled && e.Type != turnlog.TypeTurnEnd {
+			return Summary{}, fmt.Errorf("%w: the assembly checkpoint's last turn/end, seq %d, is a %s in the log", ErrUnusable, settled, e.Type)
+		}
+		if e.Seq <= settled {
+			builder().Add(&e)
+		} else {
+			turn = append(turn, e)
+		}
 		// A turn's messages are settled at its turn/end; an event between
 		// turns (a compaction after a turn, a system message) is settled as
 		// it comes.
@@ -169,14 +193,10 @@ func replayRun(ctx context.Context, log Log, target turnlog.Adapter, startOver b
 		if inTurn {
 			continue
 		}
-		if b == nil {
-			b = replay.NewBuilder(replay.Options{Target: counts.Target, Through: replay.Head, Open: state.Open, Prior: prior,
-				OnDegrade: func(d replay.Diagnostic) { degraded = append(degraded, d) }})
-		}
 		for i := range turn {
-			b.Add(&turn[i])
+			builder().Add(&turn[i])
 		}
-		if err := b.Err(); err != nil {
+		if err := builder().Err(); err != nil {
 			if errors.Is(err, ErrNotFound) || errors.Is(err, ErrUnusable) {
 				return Summary{}, fmt.Errorf("%w: %w", errPartsLost, err)
 			}

@@ -11,6 +11,7 @@ import (
 	gojson "github.com/goccy/go-json"
 
 	"github.com/turnlog/turnlog/internal/replay"
+	"github.com/turnlog/turnlog/internal/sessionlog"
 )
 
 // A stored transcript is a chain of parts, each holding a run of
@@ -31,6 +32,10 @@ import (
 // MiB keep every part far under sessionlog's cap on a derived object and
 // let a reader fetch a big transcript several parts at once.
 const maxPartBytes = 2 << 20
+
+// maxMessageLine is the largest message a part may hold: what a reader
+// accepts of a derived object, less room for the part's header.
+const maxMessageLine = sessionlog.MaxDerivedBytes - 1<<20
 
 // maxParts caps how many parts a checkpoint lists, which keeps it under
 // the 64 KiB a checkpoint may have. Merging leaves parts of more than half
@@ -158,6 +163,12 @@ func newParts(start int64, msgs []replay.Message, diags []replay.Diagnostic) ([]
 		line, err := json.Marshal(m.Message)
 		if err != nil {
 			return nil, fmt.Errorf("encode the message at seq %d: %w", m.Seq, err)
+		}
+		if len(line) > maxMessageLine {
+			// A part the reader refuses must never be written, and a
+			// transcript without it must never be called current: the run
+			// fails, and says why.
+			return nil, fmt.Errorf("the message at seq %d is %d bytes as JSON, more than the %d a transcript part may hold", m.Seq, len(line), maxMessageLine)
 		}
 		if cur.header.count() > 0 && len(cur.body)+len(line)+1 > maxPartBytes {
 			parts = append(parts, cur)

@@ -1,0 +1,94 @@
+package worker
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/turnlog/turnlog/internal/sessionlog"
+	"github.com/turnlog/turnlog/internal/store"
+	"github.com/turnlog/turnlog/internal/turnlog/turnlogtest"
+)
+
+// turnBound is the most heap a worker run may hold for one turn, however
+// large: the message bound (assembler.MaxMessageBytes), the reader's line
+// buffer (turnlog.MaxLineBytes) and room for the rest — a small part of a
+// worker pod's 512Mi. Before the bound a 188 MB turn took 1.25 GB to
+// assemble and 2 GB to replay.
+const turnBound = 80 << 20
+
+// TestHugeTurnStaysBounded: one turn whose response streams 188 MB of
+// text (three segments of chunks) is assembled and replayed within
+// turnBound: the response is a data error for its message (its content
+// left out, a diagnostic), not a worker that runs out of memory, and the
+// transcript it leaves is one the reader takes.
+func TestHugeTurnStaysBounded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes 188 MB")
+	}
+	ctx := context.Background()
+	dir := t.TempDir()
+	loc := sessionlog.Location{Namespace: "team-a", Session: "huge-turn", UID: "u1"}
+	root, _ := loc.Root()
+	text := strings.Repeat("a turn that never ends ", 3000)[:64<<10]
+	next := int64(0)
+	const body = 188 << 20
+	written := 0
+	for seg := 0; written < body; seg++ {
+		writeFile(t, filepath.Join(dir, filepath.FromSlash(root), "log", fmt.Sprintf("%020d.jsonl", next)), func(w *bufio.Writer) {
+			if next == 0 {
+				fmt.Fprintf(w, `{"seq":0,"type":"session/start","adapter":{"kind":"pi-ai","api":"anthropic-messages","provider":"anthropic","model":"claude"}}`+"\n")
+				fmt.Fprintf(w, `{"seq":1,"type":"turn/start","turn":1}`+"\n")
+				fmt.Fprintf(w, `{"seq":2,"type":"user/message","turn":1,"content":"write forever"}`+"\n")
+				fmt.Fprintf(w, `{"seq":3,"type":"response/start","turn":1,"response":0}`+"\n")
+				next = 4
+			}
+			for size := 0; size < 60<<20 && written < body; {
+				n, _ := fmt.Fprintf(w, `{"seq":%d,"type":"chunk","turn":1,"response":0,"block":0,"delta":{"type":"text","text":"%s"}}`+"\n", next, text)
+				next++
+				size += n
+				written += n
+			}
+		})
+	}
+	writeFile(t, filepath.Join(dir, filepath.FromSlash(root), "log", fmt.Sprintf("%020d.jsonl", next)), func(w *bufio.Writer) {
+		fmt.Fprintf(w, `{"seq":%d,"type":"response/finish","turn":1,"response":0,"stopReason":"stop"}`+"\n", next)
+		fmt.Fprintf(w, `{"seq":%d,"type":"turn/end","turn":1,"reason":"stop"}`+"\n", next+1)
+	})
+	lastEnd := next + 1
+
+	b, err := store.Open(ctx, "file://"+dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	lg, err := sessionlog.New(b).Log(loc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := StoreLog{lg}
+	measureHeapWithin(t, turnBound, func() {
+		sum, err := Run(ctx, TaskAssemble, log, turnlogtest.Adapter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sum.ThroughSeq != lastEnd || sum.NewTotal != 1 || sum.New[0].Cause != "MESSAGE_TOO_LARGE" {
+			t.Fatalf("assembly: through %d, new %+v; want through %d and one MESSAGE_TOO_LARGE", sum.ThroughSeq, sum.New, lastEnd)
+		}
+	}, "assemble a 188 MB turn")
+	measureHeapWithin(t, turnBound, func() {
+		if _, err := Run(ctx, TaskReplay, log, turnlogtest.Adapter); err != nil {
+			t.Fatal(err)
+		}
+		tr, err := LoadTranscript(ctx, log, turnlogtest.Adapter)
+		if err != nil {
+			t.Fatalf("the stored transcript is not readable: %v", err)
+		}
+		if n := len(tr.Messages); n != 2 || !strings.Contains(string(tr.Messages[1].Message), "more than the 8388608 a message may have") {
+			t.Fatalf("transcript of %d messages; want the user's and the assistant's saying what was left out", n)
+		}
+	}, "replay a 188 MB turn")
+}
