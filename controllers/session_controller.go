@@ -342,6 +342,21 @@ func (r *SessionReconciler) reconcileWork(ctx context.Context, s *sessionScope) 
 			s.result.RequeueAfter = jittered(slotRetry)
 			return nil
 		}
+		if out.Done {
+			if err := r.reconcileDerived(ctx, s); err != nil {
+				return err
+			}
+			if s.pending != run.Task {
+				st.Worker = nil
+				continue
+			}
+			// A log only grows, so a run that finished has caught up with
+			// the position it is named for (a head that moved since gives
+			// another name). One that did not read the log while objects
+			// were missing: count it as a failed attempt, retried with
+			// backoff and reported, never waited on for ever.
+			out = WorkerOutcome{Failed: true, Attempt: out.Attempt, Message: fmt.Sprintf("%s run %s finished short of %s: %s", run.Task, run.Name, s.position(run.Task), s.reached(run.Task))}
+		}
 		if st.Worker == nil || st.Worker.Name != run.Name {
 			st.Worker = &turnlogv1.WorkerRun{Task: string(run.Task), Name: run.Name}
 		}
@@ -380,23 +395,25 @@ func (r *SessionReconciler) reconcileWork(ctx context.Context, s *sessionScope) 
 			s.ready = &condition{turnlogv1.ReasonWorkPending, fmt.Sprintf("retrying %s run %s", run.Task, run.Name)}
 			s.result.RequeueAfter = time.Second
 			return nil
-		case !out.Done:
-			s.ready = &condition{turnlogv1.ReasonWorkPending, fmt.Sprintf("%s run %s is running", run.Task, run.Name)}
-			return nil
 		}
-		st.Worker = nil
-		if err := r.reconcileDerived(ctx, s); err != nil {
-			return err
-		}
-		if s.pending == run.Task {
-			// The head moved while the run read the log: the next run will
-			// pick it up; do not spin here.
-			s.ready = &condition{turnlogv1.ReasonWorkPending, fmt.Sprintf("the log grew during %s run %s", run.Task, run.Name)}
-			s.result.RequeueAfter = time.Second
-			return nil
-		}
+		s.ready = &condition{turnlogv1.ReasonWorkPending, fmt.Sprintf("%s run %s is running", run.Task, run.Name)}
+		return nil
 	}
 	return nil
+}
+
+// reached says how far the results of task are.
+func (s *sessionScope) reached(task worker.Task) string {
+	if task == worker.TaskAssemble {
+		if s.assembly == nil {
+			return "no assembly is stored"
+		}
+		return fmt.Sprintf("the assembly reads through seq %d", s.assembly.ScannedThrough)
+	}
+	if s.replay == nil {
+		return "no replay is stored"
+	}
+	return fmt.Sprintf("the replay is through seq %d", s.replay.ThroughSeq)
 }
 
 // workerFailed is the Ready condition of a run that failed and waits to be

@@ -77,7 +77,7 @@ func (w *JobWorkers) Run(ctx context.Context, run WorkerRun) (WorkerOutcome, err
 	}
 	switch {
 	case jobCondition(job, batchv1.JobComplete):
-		return WorkerOutcome{Done: true}, nil
+		return WorkerOutcome{Done: true, Attempt: string(job.UID)}, nil
 	case jobCondition(job, batchv1.JobFailed):
 		return WorkerOutcome{Failed: true, Attempt: string(job.UID), Message: w.failureMessage(ctx, job)}, nil
 	}
@@ -109,18 +109,18 @@ func (w *JobWorkers) namespaceFull(ctx context.Context, namespace string) (strin
 	return fmt.Sprintf("namespace %s has %d worker Jobs going (--namespace-worker-runs=%d)", namespace, running, w.NamespaceRuns), nil
 }
 
-// Retry deletes the run's failed Job, so that the next Run creates it
+// Retry deletes the run's finished Job, so that the next Run creates it
 // afresh under the same name.
 func (w *JobWorkers) Retry(ctx context.Context, run WorkerRun) error {
 	job := &batchv1.Job{}
 	if err := w.Client.Get(ctx, client.ObjectKey{Namespace: run.Session.Namespace, Name: run.Name}, job); err != nil {
 		return client.IgnoreNotFound(err)
 	}
-	if !jobCondition(job, batchv1.JobFailed) {
+	if !jobCondition(job, batchv1.JobFailed) && !jobCondition(job, batchv1.JobComplete) {
 		return nil
 	}
 	if err := w.Client.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground), client.Preconditions{UID: &job.UID}); client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("delete failed worker Job %s: %w", job.Name, err)
+		return fmt.Errorf("delete finished worker Job %s: %w", job.Name, err)
 	}
 	return nil
 }

@@ -181,6 +181,34 @@ var _ = Describe("Session controller with pod workers", Ordered, func() {
 		waitReady(ns, "doomed")
 	})
 
+	It("retries a run that finished short of the head it was started for, instead of waiting on it", func() {
+		session, _, err := sio.Import(ctx, ns, "short", bytes.NewReader(readLog("aborted-turn.jsonl")))
+		Expect(err).NotTo(HaveOccurred())
+		job := theJob(session)
+		By("a worker that saw none of the log, as one reading a log whose objects were missing did")
+		runWorkerPodOn(&job, "file://"+GinkgoT().TempDir())
+		Eventually(func(g Gomega) {
+			s := getSession(ns, "short")(g)
+			g.Expect(cond(s.Status.Conditions, turnlogv1.ConditionReady)).To(Equal("False/WorkerFailed"))
+			g.Expect(s.Status.Worker).NotTo(BeNil())
+			g.Expect(s.Status.Worker.Failures).To(Equal(int32(1)))
+			g.Expect(s.Status.Worker.Message).To(ContainSubstring("finished short of head=21: no assembly is stored"))
+		}).Should(Succeed())
+		Eventually(sessionEvents(ns, "short", turnlogv1.EventWorkerFailed)).Should(ConsistOf(
+			HaveField("Note", ContainSubstring("assemble run "+job.Name+" failed (attempt 1)"))))
+
+		By("the run starting again under the same name after its backoff")
+		retry := theJob(session)
+		Expect(retry.Name).To(Equal(job.Name))
+		Expect(retry.UID).NotTo(Equal(job.UID))
+		runWorkerPod(&retry, 0)
+		Eventually(func(g Gomega) *turnlogv1.WorkerRun { return getSession(ns, "short")(g).Status.Worker }).
+			Should(HaveField("Task", "replay"))
+		replay := theJob(session)
+		runWorkerPod(&replay, 0)
+		Expect(*waitReady(ns, "short").Status.AssembledThroughSeq).To(Equal(int64(21)))
+	})
+
 	It("creates a worker Job again when it vanishes", func() {
 		session, _, err := sio.Import(ctx, ns, "vanishing", bytes.NewReader(readLog("aborted-turn.jsonl")))
 		Expect(err).NotTo(HaveOccurred())
@@ -290,6 +318,18 @@ var terminationPathArg = regexp.MustCompile(`^--termination-message-path=`)
 // it is given does not open. It returns the termination message.
 func runWorkerPod(job *batchv1.Job, failWith int) string {
 	GinkgoHelper()
+	return runWorker(job, failWith, "")
+}
+
+// runWorkerPodOn runs the Job's pod with the store at storeURL in place of
+// the Session's: a worker that reads another log than the controller did.
+func runWorkerPodOn(job *batchv1.Job, storeURL string) string {
+	GinkgoHelper()
+	return runWorker(job, 0, storeURL)
+}
+
+func runWorker(job *batchv1.Job, failWith int, storeURL string) string {
+	GinkgoHelper()
 	c := job.Spec.Template.Spec.Containers[0]
 	Expect(c.Args[0]).To(Equal("worker"))
 	termination := filepath.Join(GinkgoT().TempDir(), "termination-log")
@@ -301,6 +341,8 @@ func runWorkerPod(job *batchv1.Job, failWith int) string {
 			a = "--termination-message-path=" + termination // where the kubelet mounts it
 		case failWith != 0 && strings.HasPrefix(a, "--store-url="):
 			a = "--store-url=unreachable://bucket"
+		case storeURL != "" && strings.HasPrefix(a, "--store-url="):
+			a = "--store-url=" + storeURL
 		}
 		args = append(args, a)
 	}

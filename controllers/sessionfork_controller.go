@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -45,6 +47,10 @@ type SessionForkReconciler struct {
 	queue    *fairQueue
 	copies   *slots
 	watchdog *watchdog
+	// announced remembers, by fork, the ending whose Event was raised: a
+	// reconcile on a cache that has not seen the fork's new status yet
+	// runs the steps again and must not announce the same ending twice.
+	announced sync.Map
 }
 
 // forkScope is what the steps of one reconcile share.
@@ -80,6 +86,9 @@ func (r *SessionForkReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 func (r *SessionForkReconciler) reconcile(ctx context.Context, req ctrl.Request) outcome.Outcome {
 	fork := &turnlogv1.SessionFork{}
 	if err := r.Get(ctx, req.NamespacedName, fork); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.announced.Delete(req.NamespacedName)
+		}
 		return outcome.Retry(client.IgnoreNotFound(err))
 	}
 	if c := meta.FindStatusCondition(fork.Status.Conditions, turnlogv1.ConditionSucceeded); c != nil && c.Status != metav1.ConditionUnknown && c.ObservedGeneration == fork.Generation {
@@ -125,17 +134,30 @@ func (r *SessionForkReconciler) runSteps(ctx context.Context, s *forkScope) erro
 	}
 	s.status = metav1.ConditionTrue
 	s.outcome = condition{turnlogv1.ReasonForked, fmt.Sprintf("child Session %s holds seq 0..%d of %s", s.child.Name, s.point.CutSeq, s.source.Name)}
-	r.Recorder.Eventf(s.fork, s.child, "Normal", turnlogv1.EventForked, "Fork",
-		"created Session %s from %s seq 0..%d (atSeq %s, anchor %d, turn %d ended %s)",
-		s.child.Name, s.source.Name, s.point.CutSeq, s.fork.Spec.AtSeq, s.point.AnchorSeq, s.point.CutTurn, s.point.CutReason)
+	if r.firstAnnouncement(s.fork, turnlogv1.ReasonForked) {
+		r.Recorder.Eventf(s.fork, s.child, "Normal", turnlogv1.EventForked, "Fork",
+			"created Session %s from %s seq 0..%d (atSeq %s, anchor %d, turn %d ended %s)",
+			s.child.Name, s.source.Name, s.point.CutSeq, s.fork.Spec.AtSeq, s.point.AnchorSeq, s.point.CutTurn, s.point.CutReason)
+	}
 	return nil
+}
+
+// firstAnnouncement records that fork's ending for its generation is
+// announced, and reports whether it had not been.
+func (r *SessionForkReconciler) firstAnnouncement(fork *turnlogv1.SessionFork, ending string) bool {
+	key := types.NamespacedName{Namespace: fork.Namespace, Name: fork.Name}
+	value := fmt.Sprintf("%s/%d/%s", fork.UID, fork.Generation, ending)
+	previous, loaded := r.announced.Swap(key, value)
+	return !loaded || previous != value
 }
 
 // fail ends the fork for good.
 func (r *SessionForkReconciler) fail(s *forkScope, reason, format string, args ...any) error {
 	msg := fmt.Sprintf(format, args...)
 	s.status, s.outcome = metav1.ConditionFalse, condition{reason, msg}
-	r.Recorder.Eventf(s.fork, nil, "Warning", turnlogv1.EventForkFailed, "Fork", "%s: %s", reason, truncate(msg, 900))
+	if r.firstAnnouncement(s.fork, reason) {
+		r.Recorder.Eventf(s.fork, nil, "Warning", turnlogv1.EventForkFailed, "Fork", "%s: %s", reason, truncate(msg, 900))
+	}
 	return fmt.Errorf("%w: %s", errForkFailed, msg)
 }
 

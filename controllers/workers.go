@@ -35,7 +35,7 @@ type WorkerOutcome struct {
 	// Done: the run finished and its results are in the store.
 	Done bool
 	// Failed: the last attempt, identified by Attempt, failed for Message.
-	// It stays failed until Retry.
+	// It stays failed (or done) until Retry.
 	Failed  bool
 	Attempt string
 	Message string
@@ -50,7 +50,8 @@ type Workers interface {
 	// Run starts the run or reports on it; it may return before the run is
 	// done, and is called again on the next reconcile.
 	Run(ctx context.Context, run WorkerRun) (WorkerOutcome, error)
-	// Retry clears a failed attempt, so that the next Run starts another.
+	// Retry clears a finished attempt (failed, or done but found short),
+	// so that the next Run starts another.
 	Retry(ctx context.Context, run WorkerRun) error
 	// Busy reports the name of a run of session that is still going, other
 	// than name, so that at most one runs per Session.
@@ -94,7 +95,7 @@ func (w *LocalWorkers) Run(ctx context.Context, run WorkerRun) (WorkerOutcome, e
 		msg := storeProblem(ctx, run.Store, fmt.Sprintf("%s run %s", run.Task, run.Name), err).message
 		return WorkerOutcome{Failed: true, Attempt: fmt.Sprintf("local-%d", time.Now().UnixNano()), Message: msg}, nil
 	}
-	return WorkerOutcome{Done: true}, nil
+	return WorkerOutcome{Done: true, Attempt: fmt.Sprintf("local-%d", time.Now().UnixNano())}, nil
 }
 
 // Retry has nothing to clear: every Run is a new attempt.

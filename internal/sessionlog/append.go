@@ -76,10 +76,11 @@ func (l *Log) NewAppender(writer string) *Appender {
 // "seq": the log assigns seqs. If another writer takes the head first,
 // Append moves past that writer's segment and tries again.
 //
-// An error wrapping ErrOutcomeUnknown means the events may be in the log.
-// Appending the same events again, before any others, with the same
-// Appender retries that write idempotently: they end up in the log once.
-// Any other error means they were not appended.
+// An error wrapping ErrOutcomeUnknown means the events may be in the log:
+// a write request failed after it may have reached the store. Appending the
+// same events again, before any others, with the same Appender retries that
+// write idempotently: they end up in the log once. Any other error means
+// they were not appended.
 //
 // A batch larger than the appender's split size (SplitBytes unless
 // SetSplitBytes says otherwise) is written as several consecutive segments;
@@ -290,7 +291,7 @@ func (a *Appender) write(ctx context.Context, first int64, b batch, token string
 			return 0, nil
 		}
 		if errors.Is(err, store.ErrExists) {
-			taken, mine, ierr := a.inspect(ctx, key, first, token, uncertain)
+			taken, mine, ierr := a.inspect(ctx, key, first, token)
 			switch {
 			case ierr == nil && mine:
 				return 0, nil
@@ -306,10 +307,15 @@ func (a *Appender) write(ctx context.Context, first int64, b batch, token string
 					return fail(err)
 				}
 			}
-		} else if store.IsRetryable(err) {
-			uncertain = true
 		} else {
-			return fail(err)
+			// The request may have reached the store whatever the
+			// error says (a connection cut after the body was sent, ctx
+			// ending while the answer was on its way): from here on the
+			// segment at key may be this batch's.
+			uncertain = true
+			if !store.IsRetryable(err) {
+				return fail(err)
+			}
 		}
 		if attempt == attempts {
 			return fail(fmt.Errorf("giving up after %d attempts: %w", attempts, err))
@@ -320,18 +326,18 @@ func (a *Appender) write(ctx context.Context, first int64, b batch, token string
 	}
 }
 
-// inspect looks at the segment found at key: is it this batch's (only
-// possible if an earlier attempt was uncertain), and if not, how many events
-// does it hold.
-func (a *Appender) inspect(ctx context.Context, key string, first int64, token string, uncertain bool) (taken int64, mine bool, err error) {
-	if uncertain {
-		attrs, err := a.log.b.Attributes(ctx, key)
-		if err != nil {
-			return 0, false, err
-		}
-		if attrs.Metadata[metaWriter] == token {
-			return 0, true, nil
-		}
+// inspect looks at the segment found at key: is it this batch's, and if
+// not, how many events does it hold. The token is checked even after a
+// first attempt that failed cleanly with "exists": a client library that
+// retries on its own (the AWS SDK does, on a dropped connection) turns a
+// write that landed into a precondition failure of its second try.
+func (a *Appender) inspect(ctx context.Context, key string, first int64, token string) (taken int64, mine bool, err error) {
+	attrs, err := a.log.b.Attributes(ctx, key)
+	if err != nil {
+		return 0, false, err
+	}
+	if attrs.Metadata[metaWriter] == token {
+		return 0, true, nil
 	}
 	n, err := a.log.streamSegment(ctx, segment{key: key, first: first}, nil, func(Event) error { return nil })
 	if err != nil {

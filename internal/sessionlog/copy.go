@@ -22,7 +22,9 @@ const copyConcurrency = 8
 // only the segment holding cut, if cut is not its last event, is read and
 // written again without its tail, in pieces of at most SplitBytes. So its
 // cost is a request per segment plus at most one segment's bytes through
-// the process, of which it holds one piece at a time.
+// the process, of which it holds one piece at a time. The object holding
+// the cut is created last, so dst's head is at the cut only once its
+// whole prefix is in place.
 //
 // dst must be empty, or hold objects written by an earlier CopyPrefix with
 // the same arguments (which is then completed): anything else is
@@ -100,34 +102,55 @@ func (s *Store) CopyPrefix(ctx context.Context, src, dst Location, cut int64) er
 		done[o.Key] = true
 	}
 
+	// The object holding the cut is created last, once every other one is
+	// in place: dst's head reaches the cut only when its whole prefix is
+	// there, so a reader that trusts the head (the child's Session
+	// controller, a worker) never reads a log with holes.
+	last := func(ctx context.Context) error { return nil }
+	if len(tail) == 0 && len(whole) > 0 {
+		seg := whole[len(whole)-1]
+		whole = whole[:len(whole)-1]
+		last = func(ctx context.Context) error { return s.copySegment(ctx, to, seg, done) }
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(copyConcurrency)
 	for _, seg := range whole {
-		dstKey := to.segmentKey(seg.first)
-		if done[dstKey] {
-			continue
-		}
-		g.Go(func() error {
-			return retry(gctx, func() error { return s.bucket.Copy(gctx, dstKey, seg.key) })
-		})
+		g.Go(func() error { return s.copySegment(gctx, to, seg, done) })
 	}
-	if len(tail) > 0 {
+	if len(tail) > 1 {
 		// One piece at a time, so the process holds at most one.
 		g.Go(func() error {
-			for _, p := range tail {
-				if key := to.segmentKey(p.first); !done[key] {
-					if err := copyTailPiece(gctx, s.bucket, segs[i].key, key, p); err != nil {
-						return err
-					}
+			for _, p := range tail[:len(tail)-1] {
+				if err := copyTailPiece(gctx, s.bucket, segs[i].key, to.segmentKey(p.first), p, done); err != nil {
+					return err
 				}
 			}
 			return nil
 		})
 	}
+	if len(tail) > 0 {
+		p := tail[len(tail)-1]
+		last = func(ctx context.Context) error {
+			return copyTailPiece(ctx, s.bucket, segs[i].key, to.segmentKey(p.first), p, done)
+		}
+	}
 	if err := g.Wait(); err != nil {
 		return fail(err)
 	}
+	if err := last(ctx); err != nil {
+		return fail(err)
+	}
 	return nil
+}
+
+// copySegment copies seg into to's log inside the service, unless done
+// says it is there already.
+func (s *Store) copySegment(ctx context.Context, to *Log, seg segment, done map[string]bool) error {
+	dst := to.segmentKey(seg.first)
+	if done[dst] {
+		return nil
+	}
+	return retry(ctx, func() error { return s.bucket.Copy(ctx, dst, seg.key) })
 }
 
 // tailPiece is a run of lines of the segment holding a fork's cut, to be
@@ -168,8 +191,11 @@ func (t *tailPlan) done() []tailPiece {
 }
 
 // copyTailPiece reads one piece of the source segment src and creates it
-// as the segment dst.
-func copyTailPiece(ctx context.Context, b store.Bucket, src, dst string, p tailPiece) error {
+// as the segment dst, unless done says it is there already.
+func copyTailPiece(ctx context.Context, b store.Bucket, src, dst string, p tailPiece, done map[string]bool) error {
+	if done[dst] {
+		return nil
+	}
 	var data []byte
 	err := retry(ctx, func() error {
 		r, err := b.NewRangeReader(ctx, src, p.off, p.size)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"path"
 	"strings"
 	"sync"
 	"testing"
@@ -213,6 +214,40 @@ func TestAmbiguousWriteIsNotRepeated(t *testing.T) {
 	}
 	if got := readAll(t, lg); len(got) != 2 {
 		t.Fatalf("log holds %d events, want 2", len(got))
+	}
+}
+
+// TestLandedWriteIsRecognised: a write lands, but the caller hears
+// "exists" (a library's own retry of it) or an error nothing classifies.
+// Neither may make an owner think another writer took its place, nor store
+// the batch twice when it is appended again.
+func TestLandedWriteIsRecognised(t *testing.T) {
+	for _, fault := range []storetest.Fault{storetest.ExistsAfterSuccess, storetest.BrokenAfterSuccess} {
+		t.Run(fault.String(), func(t *testing.T) {
+			f := storetest.NewFaulty(openURL(t, "mem://", nil), 1, storetest.Rates{})
+			lg := openLog(t, f, loc)
+			a := lg.NewAppender("host-1")
+			if err := a.AppendAt(ctx(t), 0, ev("turn/start", 1, "")); err != nil {
+				t.Fatal(err)
+			}
+			f.Script(fault)
+			batch := [][]byte{ev("user/message", 1, `,"content":[]`), ev("turn/end", 1, `,"reason":"stop"`)}
+			err := a.AppendAt(ctx(t), 1, batch...)
+			if err != nil {
+				if !errors.Is(err, sessionlog.ErrOutcomeUnknown) {
+					t.Fatalf("AppendAt after a write that landed = %v, want nil or ErrOutcomeUnknown", err)
+				}
+				if err := a.AppendAt(ctx(t), 1, batch...); err != nil {
+					t.Fatalf("retrying the batch whose write landed: %v", err)
+				}
+			}
+			if err := a.AppendAt(ctx(t), 3, ev("turn/start", 2, "")); err != nil {
+				t.Fatalf("the next append: %v", err)
+			}
+			if got := readAll(t, lg); len(got) != 4 {
+				t.Fatalf("log holds %d events, want 4", len(got))
+			}
+		})
 	}
 }
 
@@ -512,6 +547,85 @@ func TestCopyPrefix(t *testing.T) {
 				t.Errorf("copy past the head = %v, want ErrBeyondHead", err)
 			}
 		})
+	}
+}
+
+// slowCopies delays each copy and create into a fork's log, the one of
+// seq 50 longest, so that with copies running at once the later ones land
+// before it; after each it calls landed.
+type slowCopies struct {
+	store.Bucket
+	under  string
+	landed func()
+}
+
+func (b *slowCopies) delay(key string) {
+	if !strings.HasPrefix(key, b.under) {
+		return
+	}
+	d := 20 * time.Millisecond
+	if path.Base(key) == "00000000000000000050.jsonl" {
+		d = 200 * time.Millisecond
+	}
+	time.Sleep(d)
+}
+
+func (b *slowCopies) Copy(ctx context.Context, dst, src string) error {
+	b.delay(dst)
+	err := b.Bucket.Copy(ctx, dst, src)
+	if err == nil && strings.HasPrefix(dst, b.under) {
+		b.landed()
+	}
+	return err
+}
+
+func (b *slowCopies) PutIfAbsent(ctx context.Context, key string, data []byte, md map[string]string) error {
+	b.delay(key)
+	err := b.Bucket.PutIfAbsent(ctx, key, data, md)
+	if err == nil && strings.HasPrefix(key, b.under) {
+		b.landed()
+	}
+	return err
+}
+
+// TestCopiedPrefixIsWholeWhenItsHeadIsAtTheCut: while a fork's prefix is
+// being copied, its log's head reaches the cut only once every event
+// through the cut is readable. The child's Session controller and its
+// workers trust the head; a log with holes behind it was once assembled as
+// if it were whole.
+func TestCopiedPrefixIsWholeWhenItsHeadIsAtTheCut(t *testing.T) {
+	mem := openURL(t, "mem://", nil)
+	src := openLog(t, mem, loc)
+	writeTurns(t, src, 10, 8, false) // segments 0–9, 10–19, … 90–99
+	for _, cut := range []int64{99, 95} {
+		dst := sessionlog.Location{Prefix: "sessions", Namespace: "default", Session: fmt.Sprintf("fork-%d", cut), UID: "u2"}
+		slow := &slowCopies{Bucket: mem, under: fmt.Sprintf("sessions/default/fork-%d/", cut)}
+		child := openLog(t, slow, dst)
+		checked := 0
+		slow.landed = func() {
+			h, err := child.Head(ctx(t))
+			if err != nil || h.Head() < cut {
+				return // not there yet: the controller says Seeding
+			}
+			checked++
+			n := int64(0)
+			for _, err := range child.Read(ctx(t), 0, math.MaxInt64) {
+				if err != nil {
+					t.Errorf("cut %d: the head is at seq %d but reading the log fails: %v", cut, h.Head(), err)
+					return
+				}
+				n++
+			}
+			if n != cut+1 {
+				t.Errorf("cut %d: the head is at seq %d but the log holds %d events", cut, h.Head(), n)
+			}
+		}
+		if err := sessionlog.New(slow).CopyPrefix(ctx(t), loc, dst, cut); err != nil {
+			t.Fatal(err)
+		}
+		if checked != 1 {
+			t.Errorf("cut %d: the head reached the cut after %d of the copy's writes, want only after the last", cut, checked)
+		}
 	}
 }
 

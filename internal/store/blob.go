@@ -177,11 +177,21 @@ func contentType(key string) string {
 // gcerrors.Code still works on the result.
 func classify(ctx context.Context, op, key string, err error) error {
 	var sentinel error
+	cause := err
+	if errors.Is(err, io.EOF) {
+		// A connection closed before the answer came: a store restarting,
+		// a proxy dropping it. Callers take io.EOF for the end of what
+		// they read, so it must not stay in the chain, or a listing or a
+		// read cut short would pass for a short log.
+		cause = connectionClosedError{err.Error()}
+		sentinel = ErrUnavailable
+	}
 	switch {
 	case ctx.Err() != nil:
 		// The caller gave up; that is not the service's fault and not
 		// worth a retry.
-		return fmt.Errorf("%s %q: %w", op, key, err)
+		return fmt.Errorf("%s %q: %w", op, key, cause)
+	case sentinel != nil:
 	case gcerrors.Code(err) == gcerrors.NotFound:
 		sentinel = ErrNotFound
 	case isConflict(err):
@@ -193,8 +203,14 @@ func classify(ctx context.Context, op, key string, err error) error {
 	default:
 		return fmt.Errorf("%s %q: %w", op, key, err)
 	}
-	return fmt.Errorf("%s %q: %w: %w", op, key, sentinel, err)
+	return fmt.Errorf("%s %q: %w: %w", op, key, sentinel, cause)
 }
+
+// connectionClosedError is an error that wrapped io.EOF, by its message
+// only.
+type connectionClosedError struct{ msg string }
+
+func (e connectionClosedError) Error() string { return e.msg }
 
 // isConflict recognises S3's 409 answers to racing conditional writes, which
 // gocloud's S3 driver reports as gcerrors.Unknown.

@@ -134,6 +134,12 @@ func Assemble(ctx context.Context, log Log) (Summary, error) {
 			}
 		}
 	}
+	if sum.ScannedThrough < head {
+		// A log only grows, so the events through the head read above
+		// must all be there; a shorter read is a log with objects
+		// missing, and a summary of it would be taken for the whole.
+		return Summary{}, fmt.Errorf("read the log: it ended at seq %d, before seq %d, its head when this run began", sum.ScannedThrough, head)
+	}
 	if err := commit(); err != nil {
 		return Summary{}, err
 	}

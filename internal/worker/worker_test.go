@@ -334,3 +334,30 @@ func TestAssembleRemembersAHeadAtSeqZero(t *testing.T) {
 		t.Fatalf("second run read %d events and says %+v", log.read, sum)
 	}
 }
+
+// shortLog is a log whose reads end before the head it reports: objects
+// missing behind a head that is there, as a fork's log being copied once
+// looked.
+type shortLog struct {
+	*memLog
+	reads int64
+}
+
+func (l *shortLog) Events(ctx context.Context, from int64) (Events, error) {
+	return &memEvents{log: &memLog{events: l.events[:l.reads]}, next: from}, nil
+}
+
+// TestAssembleRefusesShortRead: an assembly that could not read through
+// the head fails, rather than storing a summary that passes for the whole
+// log and would never be redone.
+func TestAssembleRefusesShortRead(t *testing.T) {
+	data := testLog(t, "aborted-turn.jsonl")
+	l := &shortLog{memLog: newMemLog(t, data), reads: 5}
+	_, err := Assemble(context.Background(), l)
+	if err == nil || !strings.Contains(err.Error(), "it ended at seq 4, before seq 21, its head when this run began") {
+		t.Fatalf("Assemble of a log that reads short = %v, want an error saying where it ended", err)
+	}
+	if _, ok := l.derived[assemblyCheckpoint]; ok {
+		t.Fatal("a short read left an assembly checkpoint")
+	}
+}

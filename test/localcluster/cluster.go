@@ -144,7 +144,10 @@ type Cluster struct {
 	node       *nodeutil.Node
 	removeDir  bool
 	// logFiles receive etcd's and kube-apiserver's output.
-	logFiles []*os.File
+	logFiles     []*os.File
+	apiserverLog *os.File
+	// apiserver is the kube-apiserver RestartAPIServer started, if any.
+	apiserver *apiserverProcess
 }
 
 // Start starts a local cluster and returns once the node is Ready and pods
@@ -229,6 +232,7 @@ func (c *Cluster) startControlPlane(binDir string, crds []string) error {
 	if err != nil {
 		return err
 	}
+	c.apiserverLog = apiserverLog
 	c.env.ControlPlane.Etcd = &envtest.Etcd{DataDir: filepath.Join(c.Dir, "etcd"), Out: etcdLog, Err: etcdLog}
 	c.env.ControlPlane.APIServer = &envtest.APIServer{Out: apiserverLog, Err: apiserverLog}
 	if c.cnode != nil {
@@ -436,6 +440,7 @@ func (c *Cluster) Stop() error {
 		c.components[i].stop()
 	}
 	c.components = nil
+	c.stopRestartedAPIServer()
 	if c.env != nil {
 		if err := c.env.Stop(); err != nil {
 			errs = append(errs, fmt.Errorf("stopping etcd and kube-apiserver: %w", err))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -428,4 +429,27 @@ func TestRestartOnStateDirKeepsObjectsAndReplacesLostPods(t *testing.T) {
 	waitForPodOf(t, cs, "restart", "job-name=survivor", func(p *corev1.Pod) bool {
 		return p.UID != lost.UID && p.Status.Phase == corev1.PodRunning
 	})
+}
+
+// TestAPIServerRestart: after kube-apiserver is killed and started again,
+// the objects are there, the same clients work, and the controllers and
+// the node run a new Job. Not parallel: the others would see the outage.
+func TestAPIServerRestart(t *testing.T) {
+	ns := namespace(t)
+	create(t, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "before", Namespace: ns}})
+	if err := cluster.RestartAPIServer(t.Context(), time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := clientset.CoreV1().ConfigMaps(ns).Get(t.Context(), "before", metav1.GetOptions{}); err != nil {
+		t.Fatalf("the ConfigMap made before the restart: %v", err)
+	}
+	create(t, shJob(ns, "after", 0, "exit 0"))
+	waitForJobCondition(t, ns, "after", batchv1.JobComplete)
+	// A second restart kills the process the first one started.
+	if err := cluster.RestartAPIServer(t.Context(), 0); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.CommandContext(t.Context(), cluster.KubectlPath, "--kubeconfig="+cluster.Kubeconfig, "get", "configmap", "before", "-n", ns).CombinedOutput(); err != nil {
+		t.Fatalf("kubectl after two restarts: %v: %s", err, out)
+	}
 }

@@ -30,6 +30,15 @@ const (
 	PreconditionFailed
 	// Unavailable reports a 503 (store.ErrUnavailable) without writing.
 	Unavailable
+	// ExistsAfterSuccess performs the write, then reports store.ErrExists:
+	// what a client library that retries on its own (the AWS SDK, on a
+	// dropped connection) returns when its first try landed. Only
+	// PutIfAbsent gets it.
+	ExistsAfterSuccess
+	// BrokenAfterSuccess performs the write, then reports an error no
+	// sentinel classifies (a connection reset while the answer was on its
+	// way).
+	BrokenAfterSuccess
 )
 
 func (f Fault) String() string {
@@ -44,6 +53,10 @@ func (f Fault) String() string {
 		return "412"
 	case Unavailable:
 		return "503"
+	case ExistsAfterSuccess:
+		return "412-after-success"
+	case BrokenAfterSuccess:
+		return "broken-after-success"
 	}
 	return fmt.Sprintf("Fault(%d)", int(f))
 }
@@ -121,7 +134,7 @@ func (f *Faulty) next(conditional bool) Fault {
 			x -= c.p
 		}
 	}
-	if fault == PreconditionFailed && !conditional {
+	if (fault == PreconditionFailed || fault == ExistsAfterSuccess) && !conditional {
 		fault = NoFault
 	}
 	if fault != NoFault {
@@ -143,6 +156,16 @@ func (f *Faulty) inject(conditional bool, op, key string, write func() error) er
 		return fmt.Errorf("%s %q: injected: %w", op, key, store.ErrExists)
 	case Unavailable:
 		return fmt.Errorf("%s %q: injected: %w", op, key, store.ErrUnavailable)
+	case ExistsAfterSuccess:
+		if err := write(); err != nil {
+			return err
+		}
+		return fmt.Errorf("%s %q: injected: %w", op, key, store.ErrExists)
+	case BrokenAfterSuccess:
+		if err := write(); err != nil {
+			return err
+		}
+		return fmt.Errorf("%s %q: injected: connection reset by peer", op, key)
 	}
 	return write()
 }
