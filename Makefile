@@ -31,7 +31,7 @@ dev: control-plane manifests build ## Run turnlog locally: cluster, object store
 	exec $(BIN_DIR)/turnlog-dev --state-dir $(CURDIR)/.turnlog-dev --control-plane $(CONTROL_PLANE_DIR) --crds $(CURDIR)/config/crd/bases --admission-policy $(CURDIR)/config/admission/forkedfrom_policy.yaml --turnlog $(BIN_DIR)/turnlog
 
 .PHONY: test
-test: control-plane node-deps pi-deps promtool verify-generated vet test-unit test-examples test-e2e ## Everything CI runs: generated files, vet, unit, envtest and end-to-end suites.
+test: control-plane node-deps pi-deps promtool verify-generated vet test-unit test-examples test-e2e test-soak ## Everything CI runs: generated files, vet, unit, envtest and end-to-end suites, a short soak.
 
 ##@ Building
 
@@ -128,6 +128,23 @@ E2E_NODE ?= container
 .PHONY: test-e2e
 test-e2e: control-plane node-deps ## End-to-end suite: local cluster with a container node, manager, worker pods, kubectl (docs/e2e.md).
 	E2E_NODE=$(E2E_NODE) KUBEBUILDER_ASSETS=$(CONTROL_PLANE_DIR) $(GO) test ./test/e2e/... -count=1 -timeout 20m -v
+
+# The soak (test/soak, docs/reliability.md): hosts stream into SESSIONS
+# Sessions from HOSTS processes for DURATION while faults are injected, then
+# everything is checked. `make soak` is the long run, by hand; test-soak,
+# part of `make test`, a short one. Records go to SOAK_OUT.
+DURATION ?= 15m
+SESSIONS ?= 20
+HOSTS ?= 4
+SOAK_OUT ?= $(CURDIR)/bin/soak
+SOAK_FLAGS ?=
+.PHONY: soak
+soak: control-plane node-deps ## Soak: hosts stream into SESSIONS Sessions for DURATION under faults, then a check of everything (docs/reliability.md).
+	KUBEBUILDER_ASSETS=$(CONTROL_PLANE_DIR) $(GO) test ./test/soak/ -run TestSoak -count=1 -timeout 8h -v -args -soak.duration=$(DURATION) -soak.sessions=$(SESSIONS) -soak.hosts=$(HOSTS) -soak.fault-every=45s -soak.fork-every=10s -soak.flood-forks=200 -soak.flood-turns=5000 -soak.probes=20 -soak.out=$(SOAK_OUT) $(SOAK_FLAGS)
+
+.PHONY: test-soak
+test-soak: control-plane node-deps ## A short soak (~3-4 min): 6 Sessions, 2 hosts, a round of every fault (~90 s), then every check.
+	KUBEBUILDER_ASSETS=$(CONTROL_PLANE_DIR) $(GO) test ./test/soak/ -run TestSoak -count=1 -timeout 20m -v -args -soak.duration=60s -soak.sessions=6 -soak.hosts=2 -soak.fault-every=8s -soak.fork-every=4s -soak.flood-forks=20 -soak.flood-turns=1000 -soak.probes=5 -soak.settle=2m -soak.out=$(SOAK_OUT)-short
 
 .PHONY: image
 image: ## Build the image IMG without Docker, from the Dockerfile's recipe, as an OCI archive: bin/turnlog-image.tar.

@@ -1,0 +1,366 @@
+package soak
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+)
+
+// export returns a Session's log as `turnlog export` writes it, read from
+// the store directly rather than through the fault proxy.
+func (r *run) export(namespace, name string) ([]byte, error) {
+	return r.turnlogCmd(nil, "export", "-n", namespace, "--session", name, "--store-url", r.directURL)
+}
+
+// canonical is an event's JSON without its seq, with sorted keys: the same
+// for the event a host added and the line the log stores.
+func canonical(data []byte) (string, error) {
+	var m map[string]any
+	if err := json.Unmarshal(data, &m); err != nil {
+		return "", err
+	}
+	delete(m, "seq")
+	out, err := json.Marshal(m)
+	return string(out), err
+}
+
+// checkAcks compares each soak Session's log with what its hosts had
+// acknowledged: every acknowledged event at its seq and nowhere else, and
+// `turnlog validate` clean. It returns the counts of lost and duplicated
+// events and of logs that do not validate.
+func (r *run) checkAcks(final bool) (lost, dup, invalid int) {
+	lost, dup, invalid, _ = r.checkAcksCounting(final)
+	return
+}
+
+func (r *run) checkAcksCounting(final bool) (lost, dup, invalid int, acked int64) {
+	for i := range *flagSessions {
+		name := fmt.Sprintf("chat-%03d", i)
+		// The acknowledgements first: an event acknowledged before the
+		// export began must be in it.
+		acks, err := readAcks(filepath.Join(r.dir, "acks", name+".ack"))
+		if err != nil {
+			r.t.Errorf("%s: no acknowledgements: %v", name, err)
+			continue
+		}
+		log, err := r.export(ns, name)
+		if err != nil {
+			r.t.Errorf("%s: %v", name, err)
+			invalid++
+			continue
+		}
+		if out, err := r.turnlogCmd(log, "validate", "-"); err != nil {
+			r.t.Errorf("turnlog validate %s: %v\n%s", name, err, out)
+			invalid++
+		}
+		var lines []string
+		count := map[string]int{}
+		for line := range bytes.Lines(log) {
+			c, err := canonical(line)
+			if err != nil {
+				r.t.Errorf("%s: line %d: %v", name, len(lines), err)
+			}
+			lines = append(lines, c)
+			count[c]++
+		}
+		ackCount := map[string]int{}
+		for _, a := range acks {
+			acked++
+			c, _ := canonical(a.Event)
+			ackCount[c]++
+			if a.Seq >= int64(len(lines)) || lines[a.Seq] != c {
+				lost++
+				if lost <= 5 {
+					r.t.Logf("%s: acknowledged event at seq %d is not in the log there: %s", name, a.Seq, c)
+				}
+			}
+		}
+		for c, n := range ackCount {
+			if count[c] > n {
+				dup += count[c] - n
+				r.t.Logf("%s: acknowledged event %d times in the log: %s", name, count[c], c)
+			}
+		}
+	}
+	return lost, dup, invalid, acked
+}
+
+type ack struct {
+	Seq   int64           `json:"seq"`
+	Event json.RawMessage `json:"event"`
+}
+
+// readAcks reads a Session's acknowledgement records.
+func readAcks(path string) ([]ack, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []ack
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	for sc.Scan() {
+		var a ack
+		if err := json.Unmarshal(sc.Bytes(), &a); err != nil {
+			// A host killed while it wrote its record leaves a torn
+			// last line: that event was not recorded.
+			continue
+		}
+		out = append(out, a)
+	}
+	return out, sc.Err()
+}
+
+// waitSettled waits until every Session of the run is Ready and Current
+// and every SessionFork has ended, and returns how long that took after
+// the last fault; over -soak.settle fails the soak. It waits on, up to
+// twice as long, so that the time is measured and the checks after it see
+// a settled system rather than a backlog.
+func (r *run) waitSettled(lastFault time.Time) time.Duration {
+	deadline := lastFault.Add(2 * *flagSettle)
+	for {
+		pending := r.unsettled()
+		if len(pending) == 0 {
+			d := time.Since(lastFault)
+			if d > *flagSettle {
+				r.t.Errorf("the Sessions settled %s after the last fault, over %s", d.Round(time.Second), *flagSettle)
+			}
+			return d
+		}
+		if time.Now().After(deadline) {
+			r.t.Errorf("%d objects not settled %s after the last fault: %s", len(pending), time.Since(lastFault).Round(time.Second), strings.Join(pending[:min(10, len(pending))], "; "))
+			return time.Since(lastFault)
+		}
+		time.Sleep(2 * time.Second)
+	}
+}
+
+func (r *run) unsettled() []string {
+	var out []string
+	for _, n := range []string{ns, quietNS, floodNS} {
+		var sessions turnlogv1.SessionList
+		if err := r.c.List(r.ctx, &sessions, client.InNamespace(n)); err != nil {
+			return []string{err.Error()}
+		}
+		for _, s := range sessions.Items {
+			c := apimeta.FindStatusCondition(s.Status.Conditions, turnlogv1.ConditionReady)
+			if c == nil || c.Status != "True" || c.Reason != turnlogv1.ReasonCurrent {
+				out = append(out, fmt.Sprintf("Session %s/%s: %v", n, s.Name, c))
+			}
+		}
+		var forks turnlogv1.SessionForkList
+		if err := r.c.List(r.ctx, &forks, client.InNamespace(n)); err != nil {
+			return []string{err.Error()}
+		}
+		for _, f := range forks.Items {
+			c := apimeta.FindStatusCondition(f.Status.Conditions, turnlogv1.ConditionSucceeded)
+			if c == nil || c.Status == "Unknown" {
+				out = append(out, fmt.Sprintf("SessionFork %s/%s: %v", n, f.Name, c))
+			}
+		}
+	}
+	return out
+}
+
+// check runs the final checks once everything settled.
+func (r *run) check() result {
+	var res result
+	res.Lost, res.Duplicated, res.Invalid, res.Events = r.checkAcksCounting(true)
+	exports := map[string][]byte{}
+	exportOf := func(n, name string) []byte {
+		key := n + "/" + name
+		if b, ok := exports[key]; ok {
+			return b
+		}
+		b, err := r.export(n, name)
+		if err != nil {
+			r.t.Errorf("export %s: %v", key, err)
+		}
+		exports[key] = b
+		return b
+	}
+
+	// Every Session's stored transcript is an offline replay of its log
+	// through the same seq, and its status head is the log's.
+	for _, n := range []string{ns, quietNS} {
+		var sessions turnlogv1.SessionList
+		if err := r.c.List(r.ctx, &sessions, client.InNamespace(n)); err != nil {
+			r.t.Fatal(err)
+		}
+		for _, s := range sessions.Items {
+			if !r.transcriptMatches(n, s.Name, exportOf(n, s.Name), s.Status.HeadSeq) {
+				res.Mismatches++
+			}
+		}
+	}
+
+	// Every SessionFork has one child, whose log is the source's prefix
+	// through the first turn/end at or after the floored atSeq.
+	for _, n := range []string{ns, floodNS} {
+		var forks turnlogv1.SessionForkList
+		if err := r.c.List(r.ctx, &forks, client.InNamespace(n)); err != nil {
+			r.t.Fatal(err)
+		}
+		for _, f := range forks.Items {
+			res.Forks++
+			if msg := r.forkAnomaly(n, &f, exportOf); msg != "" {
+				res.ForkAnomalies++
+				r.t.Logf("fork anomaly: %s/%s: %s", n, f.Name, msg)
+			}
+		}
+	}
+	res.EventReasons = r.checkEvents(res.Forks)
+	return res
+}
+
+func (r *run) transcriptMatches(n, name string, log []byte, headSeq *int64) bool {
+	lines := bytes.Count(log, []byte("\n"))
+	if headSeq == nil || *headSeq != int64(lines-1) {
+		r.t.Logf("%s/%s: status.headSeq %v, the log has %d events", n, name, headSeq, lines)
+		return false
+	}
+	stored, err := r.turnlogCmd(nil, "transcript", "-n", n, "--session", name, "--store-url", r.directURL)
+	if err != nil {
+		if !bytes.Contains(log, []byte(`"type":"turn/end"`)) {
+			return true // nothing to replay yet
+		}
+		r.t.Logf("%s/%s: %v", n, name, err)
+		return false
+	}
+	var tr struct {
+		ThroughSeq int64 `json:"throughSeq"`
+	}
+	if err := json.Unmarshal(stored, &tr); err != nil {
+		r.t.Logf("%s/%s: transcript: %v", n, name, err)
+		return false
+	}
+	offline, err := r.turnlogCmd(log, "replay", "--through", strconv.FormatInt(tr.ThroughSeq, 10), "-")
+	if err != nil {
+		r.t.Logf("%s/%s: %v", n, name, err)
+		return false
+	}
+	if !bytes.Equal(stored, offline) {
+		r.t.Logf("%s/%s: the stored transcript (through %d) differs from turnlog replay of the export:\nstored:  %.400s\noffline: %.400s", n, name, tr.ThroughSeq, stored, offline)
+		return false
+	}
+	// Settled means replayed through the log's last turn/end (and the
+	// context events after it, if any).
+	if last := bytes.LastIndex(log, []byte(`"type":"turn/end"`)); last >= 0 {
+		lastEnd := int64(bytes.Count(log[:last], []byte("\n")))
+		if tr.ThroughSeq < lastEnd {
+			r.t.Logf("%s/%s: replayed through %d, the last turn/end is %d", n, name, tr.ThroughSeq, lastEnd)
+			return false
+		}
+	}
+	return true
+}
+
+func (r *run) forkAnomaly(n string, f *turnlogv1.SessionFork, exportOf func(string, string) []byte) string {
+	c := apimeta.FindStatusCondition(f.Status.Conditions, turnlogv1.ConditionSucceeded)
+	if c == nil || c.Status != "True" {
+		return fmt.Sprintf("Succeeded %v", c)
+	}
+	var children turnlogv1.SessionList
+	if err := r.c.List(r.ctx, &children, client.InNamespace(n), client.MatchingLabels{turnlogv1.LabelFork: f.Name}); err != nil {
+		return err.Error()
+	}
+	if len(children.Items) != 1 {
+		return fmt.Sprintf("%d children", len(children.Items))
+	}
+	if f.Status.CutSeq == nil {
+		return "no cutSeq"
+	}
+	src := exportOf(n, f.Spec.Source.Name)
+	at, _, _ := strings.Cut(f.Spec.AtSeq, ".")
+	floor, _ := strconv.ParseInt(at, 10, 64)
+	want := int64(-1)
+	var prefix []byte
+	seq := int64(0)
+	for line := range bytes.Lines(src) {
+		prefix = append(prefix, line...)
+		if seq >= floor && bytes.Contains(line, []byte(`"type":"turn/end"`)) {
+			want = seq
+			break
+		}
+		seq++
+	}
+	if want != *f.Status.CutSeq {
+		return fmt.Sprintf("atSeq %s cut at %d, the first turn/end at or after %d is %d", f.Spec.AtSeq, *f.Status.CutSeq, floor, want)
+	}
+	child := children.Items[0].Name
+	got, err := r.export(n, child)
+	if err != nil {
+		return err.Error()
+	}
+	if !bytes.Equal(got, prefix) {
+		return fmt.Sprintf("child %s's log (%d bytes) is not the source's first %d events (%d bytes)", child, len(got), want+1, len(prefix))
+	}
+	return ""
+}
+
+// Events no fault of this run explains: each says data was lost, refused
+// or degraded, or work given up on.
+var forbiddenReasons = []string{"ForkFailed", "WorkerFailedPermanently", "CheckpointRejected", "EnvelopeDiscarded", "LogOrphaned", "ObjectRefused", "ReplayDegraded"}
+
+// checkEvents counts the run's Events by reason and fails on those no
+// fault explains and on more than the run's faults can explain.
+func (r *run) checkEvents(forks int) map[string]int {
+	reasons := map[string]int{}
+	forkedOf := map[string][]string{}
+	for _, n := range []string{ns, quietNS, floodNS} {
+		var events corev1.EventList
+		if err := r.c.List(r.ctx, &events, client.InNamespace(n)); err != nil {
+			r.t.Errorf("listing Events: %v", err)
+			return nil
+		}
+		for _, e := range events.Items {
+			count := max(int(e.Count), 1)
+			if e.Series != nil {
+				count = max(count, int(e.Series.Count))
+			}
+			reasons[e.Reason] += count
+			if slices.Contains(forbiddenReasons, e.Reason) {
+				r.t.Logf("%s Event on %s %s/%s: %s", e.Reason, e.InvolvedObject.Kind, n, e.InvolvedObject.Name, e.Message)
+			}
+			if e.Reason == "Forked" {
+				key := n + "/" + e.InvolvedObject.Name
+				forkedOf[key] = append(forkedOf[key], fmt.Sprintf("%dx at %s: %s", count, e.EventTime.UTC().Format(time.RFC3339Nano), e.Message))
+			}
+		}
+	}
+	for _, reason := range forbiddenReasons {
+		if reasons[reason] > 0 {
+			r.t.Errorf("%d %s Events", reasons[reason], reason)
+		}
+	}
+	faults := r.faults.counts()
+	if n := faults[faultManagerKill]; reasons["Forked"] > forks+n {
+		r.t.Errorf("%d Forked Events for %d SessionForks and %d manager kills", reasons["Forked"], forks, n)
+	}
+	for fork, events := range forkedOf {
+		if len(events) > 1 || !strings.HasPrefix(events[0], "1x") {
+			r.t.Logf("SessionFork %s: Forked %s", fork, strings.Join(events, "; "))
+		}
+	}
+	// A failed worker attempt is one Event; each worker, store or manager
+	// fault can fail at most a few attempts of each Session.
+	disrupt := faults[faultAPIServer] + faults[faultWorkerPods] + faults[faultWorkerJobs] + faults[faultStoreKill] + faults[faultStoreSlow] + faults[faultManagerKill]
+	if bound := 3 * (*flagSessions + forks) * (disrupt + 1); reasons["WorkerFailed"] > bound {
+		r.t.Errorf("%d WorkerFailed Events, over %d", reasons["WorkerFailed"], bound)
+	}
+	return reasons
+}
