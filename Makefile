@@ -137,10 +137,17 @@ DURATION ?= 15m
 SESSIONS ?= 20
 HOSTS ?= 4
 SOAK_OUT ?= $(CURDIR)/bin/soak
+# How long after the last fault everything must be settled: the worker pods
+# of a long run's hundreds of Sessions and forks queue on a small machine.
+SOAK_SETTLE ?= 10m
 SOAK_FLAGS ?=
 .PHONY: soak
 soak: control-plane node-deps ## Soak: hosts stream into SESSIONS Sessions for DURATION under faults, then a check of everything (docs/reliability.md).
-	KUBEBUILDER_ASSETS=$(CONTROL_PLANE_DIR) $(GO) test ./test/soak/ -run TestSoak -count=1 -timeout 8h -v -args -soak.duration=$(DURATION) -soak.sessions=$(SESSIONS) -soak.hosts=$(HOSTS) -soak.fault-every=45s -soak.fork-every=10s -soak.flood-forks=200 -soak.flood-turns=5000 -soak.probes=20 -soak.out=$(SOAK_OUT) $(SOAK_FLAGS)
+	KUBEBUILDER_ASSETS=$(CONTROL_PLANE_DIR) $(GO) test ./test/soak/ -run TestSoak -count=1 -timeout 8h -v -args -soak.duration=$(DURATION) -soak.sessions=$(SESSIONS) -soak.hosts=$(HOSTS) -soak.fault-every=45s -soak.fork-every=10s -soak.flood-forks=200 -soak.flood-turns=5000 -soak.probes=20 -soak.settle=$(SOAK_SETTLE) -soak.out=$(SOAK_OUT) $(SOAK_FLAGS)
+
+.PHONY: soak-plot
+soak-plot: ## Plot the last `make soak`'s manager RSS and faults (bin/soak) into docs/soak-rss.png (needs gnuplot).
+	gnuplot hack/soak-plot.gp
 
 .PHONY: test-soak
 test-soak: control-plane node-deps ## A short soak (~3-4 min): 6 Sessions, 2 hosts, a round of every fault (~90 s), then every check.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -31,16 +32,26 @@ type faultLog struct {
 	f   *os.File
 	n   map[string]int
 	end time.Time
+	// minutes has each fault's start in minutes since began, the time
+	// axis of rss.tsv, for the plot (`make soak-plot`).
+	minutes *os.File
+	began   time.Time
 }
 
-func newFaultLog(t *testing.T, path string) *faultLog {
-	f, err := os.Create(path)
+func newFaultLog(t *testing.T, dir string, began time.Time) *faultLog {
+	f, err := os.Create(filepath.Join(dir, "faults.tsv"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.Close() })
+	minutes, err := os.Create(filepath.Join(dir, "faults-minutes.tsv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { minutes.Close() })
 	fmt.Fprintln(f, "start\tend\tfault\tdetail")
-	l := &faultLog{t: t, f: f, n: map[string]int{}}
+	fmt.Fprintln(minutes, "minute\tfault")
+	l := &faultLog{t: t, f: f, n: map[string]int{}, minutes: minutes, began: began}
 	for _, k := range faultKinds {
 		l.n[k] = 0
 	}
@@ -55,6 +66,7 @@ func (l *faultLog) record(kind string, start time.Time, detail string) {
 	l.end = end
 	detail = strings.Join(strings.Fields(detail), " ")
 	fmt.Fprintf(l.f, "%s\t%s\t%s\t%s\n", start.UTC().Format(time.RFC3339Nano), end.UTC().Format(time.RFC3339Nano), kind, detail)
+	fmt.Fprintf(l.minutes, "%.2f\t%s\n", start.Sub(l.began).Minutes(), kind)
 	l.t.Logf("fault %s (%s): %s", kind, end.Sub(start).Round(time.Millisecond), detail)
 }
 

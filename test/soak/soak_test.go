@@ -88,6 +88,7 @@ func TestSoak(t *testing.T) {
 	logf.SetLogger(zap.New(zap.WriteTo(io.Discard)))
 	r := setUp(t)
 	r.began = time.Now()
+	r.faults = newFaultLog(t, r.dir, r.began)
 	t.Logf("soak: %d Sessions, %d hosts, %s of load and faults; records in %s", *flagSessions, *flagHosts, *flagDuration, r.dir)
 
 	rss := r.sampleRSS()
@@ -158,7 +159,6 @@ func setUp(t *testing.T) *run {
 	if err := os.MkdirAll(filepath.Join(r.dir, "acks"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	r.faults = newFaultLog(t, filepath.Join(r.dir, "faults.tsv"))
 
 	r.turnlog = filepath.Join(tmp, "turnlog")
 	r.goCmd("build", "-o", r.turnlog, "./cmd/turnlog")
