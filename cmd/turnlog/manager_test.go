@@ -2,11 +2,22 @@ package main
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime/debug"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 )
 
 // TestManagerRefusesBadStores: a misconfigured store stops the manager at
@@ -85,5 +96,61 @@ func TestMemoryLimit(t *testing.T) {
 	t.Setenv("TURNLOG_MEMORY_LIMIT", "lots")
 	if code := run(context.Background(), []string{"manager", "--store-url", "mem://"}, strings.NewReader(""), &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), `TURNLOG_MEMORY_LIMIT "lots"`) {
 		t.Errorf("TURNLOG_MEMORY_LIMIT=lots: exit %d, stderr %q", code, stderr.String())
+	}
+}
+
+// TestManagerStopsOnSIGTERMWhileAStoreHangs: with a reconcile waiting on a
+// store that never answers (and a --store-timeout far away), SIGTERM still
+// stops the manager well within the pod's grace period
+// (config/manager: terminationGracePeriodSeconds 30), so the kubelet
+// never has to kill it in the middle of a write.
+func TestManagerStopsOnSIGTERMWhileAStoreHangs(t *testing.T) {
+	c, kubeconfig := startAPIServer(t)
+	release := make(chan struct{})
+	var asked atomic.Int32
+	hung := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		asked.Add(1)
+		<-release // no answer, whatever the client does
+	}))
+	t.Cleanup(func() { close(release); hung.Close() })
+
+	var stderr strings.Builder
+	cmd := exec.Command(turnlogBin, "manager", "--worker-mode=local", "--store-timeout=10m",
+		"--metrics-bind-address=0", "--health-probe-bind-address=0",
+		"--store-url=s3://logs?region=us-east-1&use_path_style=true&disable_https=true&endpoint="+url.QueryEscape(hung.URL))
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig,
+		"AWS_ACCESS_KEY_ID=k", "AWS_SECRET_ACCESS_KEY=s", "AWS_EC2_METADATA_DISABLED=true")
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+
+	session := &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hung"}}
+	if err := c.Create(t.Context(), session); err != nil {
+		t.Fatal(err)
+	}
+	for asked.Load() == 0 {
+		select {
+		case err := <-exited:
+			t.Fatalf("the manager exited before it reached the store: %v\n%s", err, stderr.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	time.Sleep(time.Second) // well inside the hung call
+	sent := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+		t.Logf("stopped %s after SIGTERM", time.Since(sent).Round(100*time.Millisecond))
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the manager was still running 30 s after SIGTERM, when the kubelet kills it\n%s", stderr.String())
+	}
+	if strings.Contains(stderr.String(), "panic") {
+		t.Errorf("the manager panicked on the way out:\n%s", stderr.String())
 	}
 }
