@@ -5,7 +5,7 @@ import { randomUUID } from "node:crypto";
 import type { ExtensionAPI, ExtensionCommandContext } from "@earendil-works/pi-coding-agent";
 import { type Location, rootOf, SegmentLog } from "./log.ts";
 import type { Kube } from "./kube.ts";
-import type { Recorder } from "./recorder.ts";
+import { adapterOf, type Recorder } from "./recorder.ts";
 import type { Store } from "./store.ts";
 import { loadTranscript, type StoredMessage } from "./transcript.ts";
 
@@ -100,13 +100,7 @@ export function registerCommands(pi: ExtensionAPI, deps: Deps) {
 				const location = await locate(arg, process.env.TURNLOG_STORE_PREFIX || undefined, deps.kube());
 				const model = ctx.model;
 				if (!model) throw new Error("no model selected: the stored transcript is read for the current model");
-				const tr = await loadTranscript(deps.store(), rootOf(location), {
-					kind: "pi-ai",
-					api: model.api,
-					provider: model.provider,
-					model: model.id,
-					releaseLine: "1",
-				});
+				const tr = await loadTranscript(deps.store(), rootOf(location), adapterOf(model));
 				await ctx.waitForIdle();
 				const result = await ctx.newSession({
 					setup: async (sm) => {

@@ -10,13 +10,14 @@
 //                          (default pi-<pi session id>)
 //   TURNLOG_SESSION_UID    its uid (default the pi session id)
 //   TURNLOG_KUBECONFIG     a kubeconfig: the Session is found or created by
-//                          name through the API server, and nudged
+//                          name through the API server, nudged, and its
+//                          spec.adapter follows pi's model
 import type { ExtensionAPI, ExtensionContext } from "@earendil-works/pi-coding-agent";
 import { BINDING, type Binding, registerCommands } from "./commands.ts";
 import type { Location } from "./log.ts";
 import { Kube } from "./kube.ts";
 import type { Entry } from "./mapping.ts";
-import { type Adapter, Recorder } from "./recorder.ts";
+import { type Adapter, adapterOf, Recorder } from "./recorder.ts";
 import { openStore, type Store } from "./store.ts";
 
 export default function (pi: ExtensionAPI) {
@@ -34,6 +35,8 @@ export default function (pi: ExtensionAPI) {
 		return kube;
 	};
 	let rec: Recorder | undefined;
+	// where is the Session being recorded into, once the log is open.
+	let where: Location | undefined;
 	let chain: Promise<void> = Promise.resolve();
 	let envSessionUsed: string | undefined;
 	let ctxRef: ExtensionContext | undefined;
@@ -76,10 +79,10 @@ export default function (pi: ExtensionAPI) {
 		ctxRef = ctx;
 		const entries = branch(ctx); // what pi resumed with; later entries are later events
 		serial("open the log", async () => {
-			const model = ctx.model;
-			const adapter: Adapter = { kind: "pi-ai", api: model?.api ?? "", provider: model?.provider ?? "", model: model?.id ?? "", releaseLine: "1" };
+			const adapter = adapterOf(ctx.model);
 			const store = getStore();
 			const loc = await locationFor(ctx, adapter);
+			where = loc;
 			const k = getKube();
 			const r = new Recorder(store, loc, {
 				written: (next, endsTurn) => {
@@ -143,8 +146,16 @@ export default function (pi: ExtensionAPI) {
 	pi.on("session_compact", (_e, ctx) => {
 		afterPersist(ctx);
 	});
-	pi.on("model_select", (_e, ctx) => {
+	pi.on("model_select", (e, ctx) => {
 		afterPersist(ctx);
+		// The transcript is replayed for the Session's spec.adapter: from now
+		// on the model pi talks to is this one.
+		const k = getKube();
+		if (!k) return;
+		const adapter = adapterOf(e.model);
+		serial("set the Session's spec.adapter", async () => {
+			if (where) await k.target(where.namespace, where.session, adapter);
+		});
 	});
 	pi.on("thinking_level_select", (_e, ctx) => {
 		afterPersist(ctx);
@@ -167,6 +178,7 @@ export default function (pi: ExtensionAPI) {
 			r.record(branch(ctx));
 			r.endTurnIfOpen();
 			await r.close();
+			where = undefined;
 		});
 	});
 

@@ -1,5 +1,6 @@
 // The Kubernetes side, when a kubeconfig is given: the Session is found (or
-// created) by name through the API server, which gives its uid, and nudged
+// created) by name through the API server, which gives its uid, follows
+// pi's model (spec.adapter), and is nudged
 // (the turnlog.dev/requested-at annotation) after each write that ended a
 // turn, so the workers replay it at once instead of at the manager's next
 // poll. Credentials are the kubeconfig's, applied by the Kubernetes
@@ -78,6 +79,18 @@ export class Kube {
 		const uid = res.body?.metadata?.uid;
 		if (!uid) throw new Error(`Session ${namespace}/${name}: the API server gave no uid`);
 		return uid;
+	}
+
+	/**
+	 * target sets the Session's spec.adapter, the model its transcript is
+	 * replayed for: a merge patch of that field alone.
+	 */
+	async target(namespace: string, name: string, adapter: Adapter): Promise<void> {
+		const path = `${GROUP}/namespaces/${encodeURIComponent(namespace)}/sessions/${encodeURIComponent(name)}`;
+		const res = await this.request("PATCH", path, { spec: { adapter } }, "application/merge-patch+json");
+		if (res.status < 200 || res.status > 299) {
+			throw new Error(`set spec.adapter of Session ${namespace}/${name}: ${res.status} ${res.body?.message ?? ""}`.trim());
+		}
 	}
 
 	/** nudge sets turnlog.dev/requested-at: a merge patch of that annotation alone. */

@@ -29,6 +29,11 @@ export interface Adapter {
 	releaseLine?: string;
 }
 
+/** adapterOf is turnlog's adapter for a pi model: what replay targets. */
+export function adapterOf(model: { api?: string; provider?: string; id?: string } | undefined): Required<Adapter> {
+	return { kind: "pi-ai", api: model?.api ?? "", provider: model?.provider ?? "", model: model?.id ?? "", releaseLine: "1" };
+}
+
 interface Streaming {
 	response: number;
 	named: Set<number>; // tool-call blocks whose id and name went out

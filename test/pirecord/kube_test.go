@@ -68,9 +68,10 @@ func startAPIServer(t *testing.T) (client.Client, string) {
 }
 
 // TestSessionThroughTheAPIServer: with a kubeconfig, the package creates
-// the Session by name (its spec.adapter pi's model), records into the log
-// of the uid the API server gave it, nudges it after each turn, and forks
-// into a child Session named without its uid.
+// the Session by name (its spec.adapter pi's model, and pi's next model
+// after a model change), records into the log of the uid the API server
+// gave it, nudges it after each turn, and forks into a child Session named
+// without its uid.
 func TestSessionThroughTheAPIServer(t *testing.T) {
 	kube, kubeconfig := startAPIServer(t)
 	gw := versitygw.Start(t)
@@ -97,6 +98,19 @@ func TestSessionThroughTheAPIServer(t *testing.T) {
 	want := turnlogv1.Adapter{Kind: "pi-ai", API: "anthropic-messages", Provider: "fake", Model: "model-a", ReleaseLine: "1"}
 	if session.Spec.Adapter != want {
 		t.Errorf("the Session's spec.adapter is %+v, want %+v", session.Spec.Adapter, want)
+	}
+	// A model change retargets the Session: its transcript is replayed for
+	// the model pi talks to now.
+	pi.call(map[string]any{"type": "set_model", "provider": "fake", "modelId": "model-b"})
+	want.Model = "model-b"
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if err := kube.Get(ctx, client.ObjectKey{Namespace: "default", Name: "chat-kube"}, &session); err == nil && session.Spec.Adapter == want {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after /model, the Session's spec.adapter is %+v, want %+v", session.Spec.Adapter, want)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	ref := sessionRef{gw: gw, loc: agenthost.Location{Namespace: "default", Session: "chat-kube", UID: string(session.UID)}}
 	waitTurns(t, ref, 1)
