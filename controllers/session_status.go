@@ -3,6 +3,7 @@ package controllers
 import (
 	"fmt"
 	"slices"
+	"sync"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -76,8 +77,15 @@ func (r *SessionReconciler) applyReplay(s *sessionScope) {
 // firstReport records that the results of task at position are announced,
 // and reports whether they had not been before.
 func (r *SessionReconciler) firstReport(session *turnlogv1.Session, task, position string) bool {
-	previous, loaded := r.reported.Swap(string(session.UID)+"/"+task, position)
-	return !loaded || previous != position
+	return firstTime(&r.reported, string(session.UID)+"/"+task, position)
+}
+
+// firstTime stores value under key in m and reports whether it differs
+// from what was there: what keeps an Event from being raised twice for one
+// result when a reconcile runs on a cache behind the object's status.
+func firstTime(m *sync.Map, key any, value string) bool {
+	previous, loaded := m.Swap(key, value)
+	return !loaded || previous != value
 }
 
 func capSeqs(seqs []int64) []int64 {

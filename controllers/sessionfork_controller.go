@@ -146,9 +146,7 @@ func (r *SessionForkReconciler) runSteps(ctx context.Context, s *forkScope) erro
 // announced, and reports whether it had not been.
 func (r *SessionForkReconciler) firstAnnouncement(fork *turnlogv1.SessionFork, ending string) bool {
 	key := types.NamespacedName{Namespace: fork.Namespace, Name: fork.Name}
-	value := fmt.Sprintf("%s/%d/%s", fork.UID, fork.Generation, ending)
-	previous, loaded := r.announced.Swap(key, value)
-	return !loaded || previous != value
+	return firstTime(&r.announced, key, fmt.Sprintf("%s/%d/%s", fork.UID, fork.Generation, ending))
 }
 
 // fail ends the fork for good.

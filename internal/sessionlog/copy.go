@@ -105,9 +105,17 @@ func (s *Store) CopyPrefix(ctx context.Context, src, dst Location, cut int64) er
 	// The object holding the cut is created last, once every other one is
 	// in place: dst's head reaches the cut only when its whole prefix is
 	// there, so a reader that trusts the head (the child's Session
-	// controller, a worker) never reads a log with holes.
-	last := func(ctx context.Context) error { return nil }
-	if len(tail) == 0 && len(whole) > 0 {
+	// controller, a worker) never reads a log with holes. It is the last
+	// tail piece, or, with the cut at a segment boundary, the last whole
+	// segment.
+	var last func(context.Context) error
+	if n := len(tail); n > 0 {
+		p := tail[n-1]
+		tail = tail[:n-1]
+		last = func(ctx context.Context) error {
+			return copyTailPiece(ctx, s.bucket, segs[i].key, to.segmentKey(p.first), p, done)
+		}
+	} else {
 		seg := whole[len(whole)-1]
 		whole = whole[:len(whole)-1]
 		last = func(ctx context.Context) error { return s.copySegment(ctx, to, seg, done) }
@@ -117,22 +125,16 @@ func (s *Store) CopyPrefix(ctx context.Context, src, dst Location, cut int64) er
 	for _, seg := range whole {
 		g.Go(func() error { return s.copySegment(gctx, to, seg, done) })
 	}
-	if len(tail) > 1 {
+	if len(tail) > 0 {
 		// One piece at a time, so the process holds at most one.
 		g.Go(func() error {
-			for _, p := range tail[:len(tail)-1] {
+			for _, p := range tail {
 				if err := copyTailPiece(gctx, s.bucket, segs[i].key, to.segmentKey(p.first), p, done); err != nil {
 					return err
 				}
 			}
 			return nil
 		})
-	}
-	if len(tail) > 0 {
-		p := tail[len(tail)-1]
-		last = func(ctx context.Context) error {
-			return copyTailPiece(ctx, s.bucket, segs[i].key, to.segmentKey(p.first), p, done)
-		}
 	}
 	if err := g.Wait(); err != nil {
 		return fail(err)

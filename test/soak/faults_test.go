@@ -144,10 +144,10 @@ func (r *run) inject(rng *rand.Rand, kind string) {
 		err := r.manager.start()
 		detail = fmt.Sprintf("pid %d SIGKILLed, new manager pid %d after 2s (start error: %v)", pid, r.manager.pid(), err)
 	case faultStoreKill:
-		r.gw.kill()
+		r.gw.Kill()
 		cut := r.proxy.cut()
 		time.Sleep(5 * time.Second)
-		err := r.gw.restart()
+		err := r.gw.Restart()
 		detail = fmt.Sprintf("versitygw SIGKILLed (%d connections cut), restarted after 5s (error: %v)", cut, err)
 		if err != nil {
 			r.t.Errorf("restarting versitygw: %v", err)

@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/testutil/versitygw"
 	"github.com/turnlog/turnlog/test/localcluster"
 )
 
@@ -61,7 +62,7 @@ type run struct {
 	turnlog   string
 	cluster   *localcluster.Cluster
 	c         client.Client
-	gw        *gateway
+	gw        *versitygw.Server
 	proxy     *proxy
 	storeURL  string // through the proxy: what the manager, workers and hosts use
 	directURL string // the gateway itself: what the checker reads through
@@ -189,18 +190,18 @@ func setUp(t *testing.T) *run {
 		t.Fatal(err)
 	}
 
-	r.gw = startGateway(t, r.cluster.NodeIP, tmp)
-	r.proxy = startProxy(t, r.cluster.NodeIP, r.gw.addr)
-	r.storeURL = r.gw.storeURL(r.proxy.addr())
-	r.directURL = r.gw.storeURL(r.gw.addr)
+	r.gw = versitygw.StartOn(t, r.cluster.NodeIP)
+	r.proxy = startProxy(t, r.cluster.NodeIP, r.gw.Addr())
+	r.storeURL = r.gw.URLVia(r.proxy.addr())
+	r.directURL = r.gw.URLVia(r.gw.Addr())
 	// turnlog's CLI, the manager and the hosts read the keys from here.
-	t.Setenv("AWS_ACCESS_KEY_ID", r.gw.accessKey)
-	t.Setenv("AWS_SECRET_ACCESS_KEY", r.gw.secretKey)
+	t.Setenv("AWS_ACCESS_KEY_ID", r.gw.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", r.gw.SecretKey)
 
 	for _, n := range []string{ns, quietNS, floodNS} {
 		r.create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}})
 		r.create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: credSecret, Namespace: n},
-			StringData: map[string]string{"AWS_ACCESS_KEY_ID": r.gw.accessKey, "AWS_SECRET_ACCESS_KEY": r.gw.secretKey}})
+			StringData: map[string]string{"AWS_ACCESS_KEY_ID": r.gw.AccessKey, "AWS_SECRET_ACCESS_KEY": r.gw.SecretKey}})
 	}
 	r.manager = &process{name: "manager", logPath: filepath.Join(r.dir, "manager.log"), args: []string{r.turnlog, "manager",
 		"--store-url=" + r.storeURL,

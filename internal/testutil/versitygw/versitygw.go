@@ -10,7 +10,6 @@ import (
 	"context"
 	"crypto/rand"
 	"debug/buildinfo"
-	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -19,6 +18,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -46,6 +46,12 @@ type Server struct {
 	Bucket    string
 	AccessKey string
 	SecretKey string
+
+	bin, addr, dataDir, logPath string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd // nil while killed
+	exited chan struct{}
 }
 
 // Options carries the server's credentials for store.Open, so tests need not
@@ -57,6 +63,16 @@ func (s *Server) Options() *store.Options {
 // Open opens the server's bucket.
 func (s *Server) Open(ctx context.Context) (store.Bucket, error) {
 	return store.Open(ctx, s.URL, s.Options())
+}
+
+// Addr is the server's HOST:PORT.
+func (s *Server) Addr() string { return s.addr }
+
+// URLVia is the bucket's URL through endpoint (HOST:PORT), a proxy in front
+// of the server, say.
+func (s *Server) URLVia(endpoint string) string {
+	return fmt.Sprintf("s3://%s?region=%s&endpoint=%s&use_path_style=true&disable_https=true",
+		s.Bucket, region, url.QueryEscape("http://"+endpoint))
 }
 
 // Start installs versitygw if needed, starts it on loopback and creates a
@@ -77,86 +93,124 @@ func StartOn(tb testing.TB, host string) *Server {
 	if err != nil {
 		tb.Fatalf("versitygw: %v", err)
 	}
-	s := &Server{Bucket: "turnlog-test", AccessKey: "AK" + rand.Text(), SecretKey: rand.Text() + rand.Text()}
-	var lastErr error
+	s := &Server{Bucket: "turnlog-test", AccessKey: "AK" + rand.Text(), SecretKey: rand.Text() + rand.Text(), bin: bin, dataDir: dir}
+	logDir := tb.TempDir()
 	for range 3 { // a free port can be taken between probing and binding
-		stop, err := s.start(bin, host, dir, tb.TempDir())
-		if err == nil {
-			tb.Cleanup(stop)
+		port, err := freePort(host)
+		if err != nil {
+			tb.Fatalf("versitygw: %v", err)
+		}
+		s.addr = net.JoinHostPort(host, strconv.Itoa(port))
+		s.Endpoint = "http://" + s.addr
+		s.URL = s.URLVia(s.addr)
+		s.logPath = filepath.Join(logDir, fmt.Sprintf("versitygw-%d.log", port))
+		if err = s.launch(s.createBucket); err == nil {
+			tb.Cleanup(s.stop)
 			return s
 		}
-		lastErr = err
+		s.Kill()
+		tb.Logf("versitygw: %v", err)
 	}
-	tb.Fatalf("versitygw: %v", lastErr)
+	tb.Fatalf("versitygw: could not start on %s", host)
 	return nil
 }
 
-func (s *Server) start(bin, host, dataDir, logDir string) (stop func(), err error) {
-	port, err := freePort(host)
-	if err != nil {
-		return nil, err
+// Kill stops the server at once, as a store that crashes.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return
 	}
-	s.Endpoint = fmt.Sprintf("http://%s", net.JoinHostPort(host, strconv.Itoa(port)))
-	s.URL = fmt.Sprintf("s3://%s?region=%s&endpoint=%s&use_path_style=true&disable_https=true",
-		s.Bucket, region, url.QueryEscape(s.Endpoint))
+	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+	<-s.exited
+	s.cmd = nil
+}
 
-	logPath := filepath.Join(logDir, fmt.Sprintf("versitygw-%d.log", port))
-	logFile, err := os.Create(logPath)
+// Restart starts a killed server again on the same address and data,
+// retrying while the port is still held, and returns once it answers.
+func (s *Server) Restart() error {
+	var err error
+	for range 20 {
+		if err = s.launch(s.headBucket); err == nil {
+			return nil
+		}
+		s.Kill()
+		time.Sleep(time.Second)
+	}
+	return err
+}
+
+// launch starts the process and waits until ready succeeds against it.
+func (s *Server) launch(ready func(context.Context, *s3.Client) error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	logFile, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer logFile.Close()
-	cmd := exec.Command(bin, "--port", net.JoinHostPort(host, strconv.Itoa(port)), "posix", dataDir)
+	cmd := exec.Command(s.bin, "--port", s.addr, "posix", s.dataDir)
 	cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY="+s.AccessKey, "ROOT_SECRET_KEY="+s.SecretKey)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// Its own process group, so that stopping it also stops any children.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", bin, err)
+		return fmt.Errorf("start %s: %w", s.bin, err)
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
-	stop = func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(5 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-exited
-		}
-	}
+	s.cmd, s.exited = cmd, exited
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := s.createBucket(ctx, exited); err != nil {
-		stop()
-		out, _ := os.ReadFile(logPath)
-		return nil, fmt.Errorf("server on port %d did not come up: %w; its log:\n%s", port, err, tail(out, 2000))
-	}
-	return stop, nil
-}
-
-// createBucket retries until the server answers, which is also how the
-// harness knows it is up.
-func (s *Server) createBucket(ctx context.Context, exited <-chan struct{}) error {
 	client := s3.New(s3.Options{
 		Region:       region,
 		BaseEndpoint: aws.String(s.Endpoint),
 		UsePathStyle: true,
 		Credentials:  credentials.NewStaticCredentialsProvider(s.AccessKey, s.SecretKey, ""),
 	})
+	// Retried until the server answers, which is also how the harness
+	// knows it is up.
 	for {
-		_, err := client.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(s.Bucket)})
+		err := ready(ctx, client)
 		if err == nil {
 			return nil
 		}
 		select {
 		case <-exited:
-			return errors.New("the process exited")
+			out, _ := os.ReadFile(s.logPath)
+			return fmt.Errorf("server on %s exited; its log:\n%s", s.addr, tail(out, 2000))
 		case <-ctx.Done():
-			return fmt.Errorf("create bucket: %w", err)
+			return fmt.Errorf("server on %s did not come up: %w", s.addr, err)
 		case <-time.After(50 * time.Millisecond):
 		}
+	}
+}
+
+func (s *Server) createBucket(ctx context.Context, client *s3.Client) error {
+	_, err := client.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(s.Bucket)})
+	return err
+}
+
+func (s *Server) headBucket(ctx context.Context, client *s3.Client) error {
+	_, err := client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String(s.Bucket)})
+	return err
+}
+
+// stop stops the server gently, at the end of the test.
+func (s *Server) stop() {
+	s.mu.Lock()
+	cmd, exited := s.cmd, s.exited
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(5 * time.Second):
+		s.Kill()
 	}
 }
 
