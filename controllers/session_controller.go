@@ -58,6 +58,9 @@ type SessionReconciler struct {
 	// bounds and tracks its reconciles (watchdog.go).
 	queue    *fairQueue
 	watchdog *watchdog
+	// orphans records the logs deletion leaves in a failing store; nil:
+	// only the LogOrphaned Event says where they are.
+	orphans *orphanLedger
 
 	// reported remembers the last results each Session's Events were raised
 	// for (key: UID, then the task or failed run), because the status a reconcile starts from

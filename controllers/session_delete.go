@@ -64,10 +64,13 @@ func (r *SessionReconciler) deleteLog(ctx context.Context, session *turnlogv1.Se
 	// A store that hangs must not stretch the bound either.
 	tctx, cancel := context.WithTimeout(ctx, max(time.Until(deadline), 5*time.Second))
 	defer cancel()
+	// location is where the log is, once the store could say ("" before).
+	location := ""
 	st, err := r.Stores.Store(tctx, name)
 	if err == nil {
 		loc := st.Location(session)
-		where = statusLocation(name, loc)
+		location = statusLocation(name, loc)
+		where = location
 		if _, err = st.Logs.Delete(tctx, loc); err == nil {
 			return 0
 		}
@@ -78,10 +81,21 @@ func (r *SessionReconciler) deleteLog(ctx context.Context, session *turnlogv1.Se
 			problem.message, deadline.UTC().Format(time.RFC3339)))
 		return min(wait, retryBackoff(3))
 	}
+	after := "its objects are left in the store"
+	if r.orphans != nil {
+		// Recorded before the Session is released, so that no log is
+		// left unrecorded; the API server that would release it is the
+		// one that keeps the record.
+		if err := r.orphans.record(ctx, session, name, location, problem.message); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "recording an orphaned log")
+			return retryBackoff(3)
+		}
+		after = fmt.Sprintf("its objects are left in the store, recorded in ConfigMap %s, and deleted by the orphan sweep once the store answers", r.orphans.where(session))
+	}
 	if r.firstReport(session, "orphaned", "") {
 		r.Recorder.Eventf(session, nil, "Warning", turnlogv1.EventLogOrphaned, "Delete",
-			"gave up deleting the log at %s after %s (%s); the Session is released and its objects are left in the store",
-			where, r.DeletionTimeout, truncate(problem.message, 500))
+			"gave up deleting the log at %s after %s (%s); the Session is released and %s",
+			where, r.DeletionTimeout, truncate(problem.message, 500), after)
 	}
 	return 0
 }

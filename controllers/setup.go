@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -49,6 +50,12 @@ type Config struct {
 	// ReconcileDeadline bounds one reconcile (watchdog.go); zero is
 	// DefaultReconcileDeadline.
 	ReconcileDeadline time.Duration
+	// OrphanNamespace is the manager's own namespace, where logs a deleted
+	// Session left in a failing store are recorded (orphans.go) and swept
+	// every OrphanSweepInterval (zero is DefaultOrphanSweepInterval); ""
+	// records nothing.
+	OrphanNamespace     string
+	OrphanSweepInterval time.Duration
 }
 
 // Defaults of Config.
@@ -127,6 +134,19 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 		PollInterval: cfg.PollInterval, MaxPollInterval: cfg.MaxPollInterval,
 		MaxWorkerFailures: cfg.WorkerMaxFailures, DeletionTimeout: cfg.DeletionTimeout,
 		StoreTimeout: cfg.StoreTimeout, queue: &fairQueue{limits: limits}, watchdog: watch,
+	}
+	if cfg.OrphanSweepInterval < 0 {
+		return fmt.Errorf("orphan sweep interval must not be negative, got %s", cfg.OrphanSweepInterval)
+	}
+	if cfg.OrphanNamespace != "" {
+		sessions.orphans = &orphanLedger{
+			Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: recorder, Stores: cfg.Stores,
+			Namespace: cfg.OrphanNamespace, Interval: cmp.Or(cfg.OrphanSweepInterval, DefaultOrphanSweepInterval),
+			Timeout: cfg.DeletionTimeout,
+		}
+		if err := mgr.Add(sessions.orphans); err != nil {
+			return err
+		}
 	}
 	switch cfg.WorkerMode {
 	case WorkerModeLocal:

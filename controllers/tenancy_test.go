@@ -3,6 +3,7 @@ package controllers
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io/fs"
 	"net"
 	"net/http"
@@ -16,6 +17,8 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -45,19 +48,23 @@ var _ = Describe("Tenants", Ordered, func() {
 	)
 	var (
 		teamA, teamB string
-		alice, bob   client.Client
-		stores       *BucketCache
-		sio          *SessionIO
-		storeDir     string
-		outsideDir   string
-		attacker     *listener
-		backend      *httptest.Server
-		backendHits  atomic.Int32
-		stop         func()
+		// system is the manager's own namespace, where it records logs
+		// left behind.
+		system      string
+		alice, bob  client.Client
+		stores      *BucketCache
+		sio         *SessionIO
+		storeDir    string
+		outsideDir  string
+		attacker    *listener
+		backend     *httptest.Server
+		backendHits atomic.Int32
+		stop        func()
 	)
 
 	BeforeAll(func() {
 		teamA, teamB = newNamespace("team-a"), newNamespace("team-b")
+		system = newNamespace("turnlog-system")
 		alice, bob = tenant(teamA, "alice"), tenant(teamB, "bob")
 		attacker = listen()
 		// The operator's store that fails: an S3 endpoint refusing every
@@ -82,6 +89,7 @@ var _ = Describe("Tenants", Ordered, func() {
 		sio = &SessionIO{Client: k8sClient, Stores: stores}
 		stop = startManagerIn([]string{teamA, teamB}, Config{
 			Stores: stores, WorkerMode: WorkerModeLocal, PollInterval: time.Hour, DeletionTimeout: deletionTimeout,
+			OrphanNamespace: system, OrphanSweepInterval: 2 * time.Second,
 		})
 
 		By("waiting until the API server enforces the admission policy")
@@ -494,6 +502,7 @@ var _ = Describe("Tenants", Ordered, func() {
 				return getSession(teamA, name)(g).Finalizers
 			}).Should(ContainElement(turnlogv1.FinalizerRetention))
 		}
+		doomedUID := getSession(teamA, "doomed-unreachable")(Default).UID
 		start := time.Now()
 		for _, name := range []string{"doomed-unreachable", "doomed-attacker-endpoint"} {
 			Expect(alice.Delete(ctx, &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: teamA}})).To(Succeed())
@@ -512,6 +521,72 @@ var _ = Describe("Tenants", Ordered, func() {
 		}
 		// The manager did try for the bounded time instead of letting go at once.
 		Expect(time.Since(start)).To(BeNumerically(">=", deletionTimeout-time.Second))
+
+		By("recording each log left behind in the manager's namespace, with why the sweep could not delete it yet")
+		records := func(g Gomega) map[string]map[string]string {
+			list := &corev1.ConfigMapList{}
+			g.Expect(k8sClient.List(ctx, list, client.InNamespace(system), client.MatchingLabels{LabelOrphanedLog: "true"})).To(Succeed())
+			out := map[string]map[string]string{}
+			for _, cm := range list.Items {
+				out[cm.Data["namespace"]+"/"+cm.Data["session"]] = cm.Data
+			}
+			return out
+		}
+		Eventually(func(g Gomega) {
+			r := records(g)
+			// Only the Sessions whose store failed past the timeout: every
+			// other deletion of this suite deleted its log.
+			g.Expect(r).To(HaveLen(3))
+			g.Expect(r).To(HaveKeyWithValue(teamA+"/doomed-unreachable", And(
+				HaveKeyWithValue("store", "unreachable"), HaveKeyWithValue("location", ""),
+				HaveKeyWithValue("lastError", ContainSubstring(`store "unreachable" could not be used`)))))
+			g.Expect(r).To(HaveKeyWithValue(teamA+"/doomed-attacker-endpoint", HaveKeyWithValue("lastError",
+				ContainSubstring(`store "attacker-endpoint" is not configured on the manager`))))
+			g.Expect(r).To(HaveKeyWithValue(teamA+"/kept-stuck", And(
+				HaveKeyWithValue("location", HavePrefix("broken:"+teamA+"/kept-stuck/")),
+				HaveKeyWithValue("lastError", ContainSubstring(`store "broken" could not be used`)))))
+			for _, data := range r {
+				for k, v := range data {
+					g.Expect(v).NotTo(ContainSubstring(backendSecret), k)
+				}
+			}
+		}).Should(Succeed())
+		Expect(sessionEvents(teamA, "doomed-unreachable", turnlogv1.EventLogOrphaned)(Default)).To(ConsistOf(
+			HaveField("Note", ContainSubstring("recorded in ConfigMap "+system+"/"+recordName(string(doomedUID))))))
+
+		By("deleting the log once its store answers, and nothing beside it")
+		gone := filepath.Join(storeDir, "gone")
+		root := filepath.Join(gone, teamA, "doomed-unreachable", string(doomedUID))
+		neighbours := []string{
+			filepath.Join(gone, teamA, "doomed-unreachable", "another-uid", "log", "00000000000000000000.jsonl"),
+			filepath.Join(gone, teamA, "doomed-unreachable-2", string(doomedUID), "log", "00000000000000000000.jsonl"),
+			filepath.Join(gone, teamB, "doomed-unreachable", string(doomedUID), "log", "00000000000000000000.jsonl"),
+		}
+		for _, f := range append([]string{filepath.Join(root, "log", "00000000000000000000.jsonl"), filepath.Join(root, "derived", "assembly")}, neighbours...) {
+			Expect(os.MkdirAll(filepath.Dir(f), 0o755)).To(Succeed())
+			Expect(os.WriteFile(f, []byte(`{"seq":0}`+"\n"), 0o644)).To(Succeed())
+		}
+		before := fileTree(filepath.Dir(neighbours[0]), filepath.Dir(neighbours[1]), filepath.Dir(neighbours[2]))
+		Eventually(func(g Gomega) {
+			g.Expect(records(g)).NotTo(HaveKey(teamA + "/doomed-unreachable"))
+		}).Should(Succeed())
+		Expect(fileTree(root)).To(BeEmpty())
+		Expect(fileTree(filepath.Dir(neighbours[0]), filepath.Dir(neighbours[1]), filepath.Dir(neighbours[2]))).To(Equal(before))
+		Eventually(func(g Gomega) []string {
+			list := &eventsv1.EventList{}
+			g.Expect(k8sClient.List(ctx, list, client.InNamespace(system))).To(Succeed())
+			var notes []string
+			for _, e := range list.Items {
+				if e.Reason == turnlogv1.EventOrphanedLogDeleted && e.Regarding.Name == recordName(string(doomedUID)) {
+					notes = append(notes, e.Note)
+				}
+			}
+			return notes
+		}).Should(ConsistOf(fmt.Sprintf("deleted the log Session %s/doomed-unreachable left at unreachable:%s/doomed-unreachable/%s (2 objects)", teamA, teamA, doomedUID)))
+		// The others stay recorded while their stores fail.
+		Consistently(func(g Gomega) {
+			g.Expect(records(g)).To(HaveLen(2))
+		}).WithTimeout(3 * time.Second).Should(Succeed())
 	})
 
 	It("refuses the same URL parameters in the operator's own store configuration", func() {

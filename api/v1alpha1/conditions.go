@@ -150,6 +150,10 @@ const (
 	// with retention Delete, but its log could not be deleted within
 	// --deletion-timeout and was left in the store; the note names where.
 	EventLogOrphaned = "LogOrphaned"
+	// EventOrphanedLogDeleted (Normal, on the manager's record of an
+	// orphaned log, a ConfigMap in its namespace): the orphan sweep
+	// deleted a log LogOrphaned had left in the store.
+	EventOrphanedLogDeleted = "OrphanedLogDeleted"
 	// EventObjectRefused (Warning, on the Session): raised once per
 	// refusal, with the Ready condition's message.
 	EventObjectRefused = "ObjectRefused"

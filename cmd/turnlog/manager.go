@@ -58,6 +58,8 @@ func runManager(ctx context.Context, args []string, _ io.Reader, _, stderr io.Wr
 	storeTimeout := fs.Duration("store-timeout", controllers.DefaultStoreTimeout, "how long one look at a Session may wait for its store (the probe, the head, the checkpoints) before it is reported StoreUnavailable and retried")
 	reconcileDeadline := fs.Duration("reconcile-deadline", controllers.DefaultReconcileDeadline, "how long one reconcile (worker runs inside the manager included) may run before its context ends; one still running a minute later fails the liveness check (/healthz), so the manager is restarted")
 	deletionTimeout := fs.Duration("deletion-timeout", controllers.DefaultDeletionTimeout, "how long a deleted Session with retention Delete waits for its store before it is released with its log left in place")
+	orphanNamespace := fs.String("orphan-namespace", os.Getenv("POD_NAMESPACE"), "namespace where a log left in place by --deletion-timeout is recorded (a ConfigMap labelled "+controllers.LabelOrphanedLog+") until the orphan sweep deletes it; default: the manager's own ($POD_NAMESPACE); empty: not recorded, only the LogOrphaned Event names it")
+	orphanSweep := fs.Duration("orphan-sweep-interval", controllers.DefaultOrphanSweepInterval, "how often recorded orphaned logs are deleted again")
 	pollInterval := fs.Duration("poll-interval", time.Minute, "how often a busy Session's log is looked at without a nudge")
 	maxPollInterval := fs.Duration("max-poll-interval", time.Hour, "how seldom a Session whose log has been quiet at least this long is looked at without a nudge")
 	workerMode := fs.String("worker-mode", controllers.WorkerModePod, "where assembly and replay run: pod (a Job per run) or local (inside the manager)")
@@ -147,15 +149,17 @@ func runManager(ctx context.Context, args []string, _ io.Reader, _, stderr io.Wr
 		return fail(stderr, "manager", fmt.Errorf("create the manager: %w", err))
 	}
 	cfg := controllers.Config{
-		Stores:            stores,
-		WorkerMode:        *workerMode,
-		PollInterval:      *pollInterval,
-		MaxPollInterval:   *maxPollInterval,
-		WorkerMaxFailures: int32(*workerMaxFailures),
-		DeletionTimeout:   *deletionTimeout,
-		StoreTimeout:      *storeTimeout,
-		Limits:            limits,
-		ReconcileDeadline: *reconcileDeadline,
+		Stores:              stores,
+		WorkerMode:          *workerMode,
+		PollInterval:        *pollInterval,
+		MaxPollInterval:     *maxPollInterval,
+		WorkerMaxFailures:   int32(*workerMaxFailures),
+		DeletionTimeout:     *deletionTimeout,
+		StoreTimeout:        *storeTimeout,
+		Limits:              limits,
+		ReconcileDeadline:   *reconcileDeadline,
+		OrphanNamespace:     *orphanNamespace,
+		OrphanSweepInterval: *orphanSweep,
 		Jobs: controllers.JobWorkers{
 			Image:                   *workerImage,
 			ServiceAccount:          *workerSA,
