@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -60,16 +61,7 @@ func TestHugeTurnStaysBounded(t *testing.T) {
 	})
 	lastEnd := next + 1
 
-	b, err := store.Open(ctx, "file://"+dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	lg, err := sessionlog.New(b).Log(loc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := StoreLog{lg}
+	_, log := openFileLog(t, dir, loc)
 	measureHeapWithin(t, turnBound, func() {
 		sum, err := Run(ctx, TaskAssemble, log, turnlogtest.Adapter)
 		if err != nil {
@@ -91,4 +83,93 @@ func TestHugeTurnStaysBounded(t *testing.T) {
 			t.Fatalf("transcript of %d messages; want the user's and the assistant's saying what was left out", n)
 		}
 	}, "replay a 188 MB turn")
+}
+
+// TestManyMessagesStayBounded: a log whose transcript grows by 200,000
+// messages in one run — system messages a host wrote between turns, the
+// cheapest events to write — is replayed within turnBound, since a run
+// stores what it built every passEvents events; before, the run held every
+// message until its end (1.66 GB for a million). The stored transcript has
+// every message, and the run leaves no part its checkpoint does not list.
+func TestManyMessagesStayBounded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("replays 200,000 messages")
+	}
+	messages := 200_000
+	if os.Getenv("TURNLOG_MEMTEST_FULL") != "" {
+		messages = 1_000_000
+	}
+	ctx := context.Background()
+	dir := t.TempDir()
+	loc := sessionlog.Location{Namespace: "team-a", Session: "many", UID: "u1"}
+	root, _ := loc.Root()
+	logDir := filepath.Join(dir, filepath.FromSlash(root), "log")
+	writeFile(t, filepath.Join(logDir, fmt.Sprintf("%020d.jsonl", 0)), func(w *bufio.Writer) {
+		fmt.Fprintln(w, `{"seq":0,"type":"session/start","adapter":{"kind":"pi-ai","api":"anthropic-messages","provider":"anthropic","model":"claude"}}`)
+		fmt.Fprintln(w, `{"seq":1,"type":"turn/start","turn":1}`)
+		fmt.Fprintln(w, `{"seq":2,"type":"user/message","turn":1,"content":"hello"}`)
+		fmt.Fprintln(w, `{"seq":3,"type":"response/start","turn":1,"response":0}`)
+		fmt.Fprintln(w, `{"seq":4,"type":"chunk","turn":1,"response":0,"block":0,"delta":{"type":"text","text":"hi"}}`)
+		fmt.Fprintln(w, `{"seq":5,"type":"response/finish","turn":1,"response":0,"stopReason":"stop"}`)
+		fmt.Fprintln(w, `{"seq":6,"type":"turn/end","turn":1,"reason":"stop"}`)
+	})
+	writeFile(t, filepath.Join(logDir, fmt.Sprintf("%020d.jsonl", 7)), func(w *bufio.Writer) {
+		for i := range messages {
+			fmt.Fprintf(w, `{"seq":%d,"type":"system/message","content":"rule %d"}`+"\n", 7+i, i)
+		}
+	})
+	b, log := openFileLog(t, dir, loc)
+	if _, err := Run(ctx, TaskAssemble, log, turnlogtest.Adapter); err != nil {
+		t.Fatal(err)
+	}
+	measureHeapWithin(t, turnBound, func() {
+		sum, err := Run(ctx, TaskReplay, log, turnlogtest.Adapter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := int64(6 + messages); sum.ThroughSeq != want || sum.Replay.ContextMessages != int64(messages)+2 {
+			t.Fatalf("replay through %d with %d messages in context; want through %d with %d", sum.ThroughSeq, sum.Replay.ContextMessages, want, messages+2)
+		}
+	}, fmt.Sprintf("replay %d messages", messages))
+
+	tr, err := LoadTranscript(ctx, log, turnlogtest.Adapter)
+	if err != nil {
+		t.Fatalf("the stored transcript is not readable: %v", err)
+	}
+	if n := len(tr.Messages); n != messages+2 || !strings.Contains(string(tr.Messages[n-1].Message), fmt.Sprintf("rule %d", messages-1)) {
+		t.Fatalf("the stored transcript has %d messages, the last %s; want %d, the last rule %d", n, tr.Messages[n-1].Message, messages+2, messages-1)
+	}
+	var state replayState
+	if _, err := loadReplayState(ctx, log, turnlogtest.Adapter, &state); err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]bool{}
+	for _, p := range state.Parts {
+		listed[p.name(replayDir(turnlogtest.Adapter))] = true
+	}
+	for o, err := range b.List(ctx, root+"derived/"+replayDir(turnlogtest.Adapter)+"/") {
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := strings.TrimPrefix(o.Key, root+"derived/")
+		if strings.HasSuffix(name, ".jsonl") && !listed[name] {
+			t.Errorf("%s is stored but not listed in the checkpoint's %d parts", name, len(state.Parts))
+		}
+	}
+}
+
+// openFileLog opens the log at loc in a file:// store at dir, closed when
+// the test ends.
+func openFileLog(t *testing.T, dir string, loc sessionlog.Location) (store.Bucket, StoreLog) {
+	t.Helper()
+	b, err := store.Open(context.Background(), "file://"+dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	lg, err := sessionlog.New(b).Log(loc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, StoreLog{lg}
 }

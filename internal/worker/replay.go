@@ -60,7 +60,8 @@ type replayState struct {
 
 // Replay extends the transcript for target through the last event after
 // which no turn is open — the last turn/end, or an event between turns that
-// follows it — one derived object per run. A turn's messages enter the
+// follows it. A run stores what it built every pass (passEvents), so what
+// it holds does not grow with how far it catches up. A turn's messages enter the
 // transcript only at its turn/end (a host may still write its own assistant
 // message before that), so a run stops there and the turn still streaming
 // waits for the next run.
@@ -107,38 +108,11 @@ func replayRun(ctx context.Context, log Log, target turnlog.Adapter, startOver b
 	if err := resumable(err, found, state.Summary, state.Next, head); err != nil || state.Summary.Replay == nil || startOver {
 		state = fresh() // derived data: replay the log again
 	}
-	stored := state.Parts
-	sum := state.Summary
-	sum.New, sum.NewTotal = nil, 0
-	counts := *sum.Replay
-	counts.DegradedSeqs = cloneSeqs(counts.DegradedSeqs)
-
 	events, err := log.Events(ctx, state.Next)
 	if err != nil {
 		return Summary{}, fmt.Errorf("read the log from seq %d: %w", state.Next, err)
 	}
 	defer events.Close()
-
-	var degraded []replay.Diagnostic
-	// A compaction or a context edit changes messages earlier runs stored:
-	// the builder then asks for them, and the run stores the whole
-	// transcript anew, with the diagnostics the old parts held.
-	var prior func() ([]replay.Message, error)
-	var priorDiags []replay.Diagnostic
-	if state.Next > 0 {
-		prior = func() ([]replay.Message, error) {
-			parts, err := readParts(ctx, log, dir, stored)
-			if err != nil {
-				return nil, err
-			}
-			var msgs []replay.Message
-			for _, p := range parts {
-				msgs = p.appendMessages(msgs)
-				priorDiags = append(priorDiags, p.header.Diagnostics...)
-			}
-			return msgs, nil
-		}
-	}
 	// The turns that end by the last turn/end assembly saw are known to
 	// end: their events go to the builder as they come. A turn past it
 	// may still be open, so its events wait until its turn/end (a run
@@ -149,125 +123,184 @@ func replayRun(ctx context.Context, log Log, target turnlog.Adapter, startOver b
 	if asm, found, err := LoadAssembly(ctx, log); err == nil && found && asm.LastTurnEnd != nil {
 		settled = asm.LastTurnEnd.Seq
 	}
-	var b *replay.Builder
-	builder := func() *replay.Builder {
-		if b == nil {
-			b = replay.NewBuilder(replay.Options{Target: counts.Target, Through: replay.Head, Open: state.Open, Prior: prior,
-				OnDegrade: func(d replay.Diagnostic) { degraded = append(degraded, d) }})
-		}
-		return b
-	}
-	var turn []turnlog.Event // events since the last settled one
-	inTurn := false
+	sum := state.Summary
+	sum.New, sum.NewTotal = nil, 0
 	from := state.Next
-	for {
-		e, err := events.Next()
-		if errors.Is(err, io.EOF) {
-			break
+	// pass takes in events until the log ends or, at a point where no turn
+	// is open, until it has taken in passEvents or passBytes, and stores
+	// what it built as a run would: the messages a run holds are bounded
+	// by what one pass takes in, however much of the log a run catches up
+	// with. It reports whether the log goes on.
+	pass := func() (more bool, err error) {
+		stored := state.Parts
+		counts := *sum.Replay
+		counts.DegradedSeqs = cloneSeqs(counts.DegradedSeqs)
+
+		var degraded []replay.Diagnostic
+		// A compaction or a context edit changes messages earlier runs stored:
+		// the builder then asks for them, and the run stores the whole
+		// transcript anew, with the diagnostics the old parts held.
+		var prior func() ([]replay.Message, error)
+		var priorDiags []replay.Diagnostic
+		if state.Next > 0 {
+			prior = func() ([]replay.Message, error) {
+				parts, err := readParts(ctx, log, dir, stored)
+				if err != nil {
+					return nil, err
+				}
+				var msgs []replay.Message
+				for _, p := range parts {
+					msgs = p.appendMessages(msgs)
+					priorDiags = append(priorDiags, p.header.Diagnostics...)
+				}
+				return msgs, nil
+			}
 		}
+		var b *replay.Builder
+		builder := func() *replay.Builder {
+			if b == nil {
+				b = replay.NewBuilder(replay.Options{Target: counts.Target, Through: replay.Head, Open: state.Open, Prior: prior,
+					OnDegrade: func(d replay.Diagnostic) { degraded = append(degraded, d) }})
+			}
+			return b
+		}
+		var turn []turnlog.Event // events since the last settled one
+		inTurn := false
+		taken, takenBytes := 0, 0
+		for {
+			e, err := events.Next()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return false, fmt.Errorf("read the log: %w", err)
+			}
+			taken, takenBytes = taken+1, takenBytes+len(e.Raw)
+			if from == 0 && e.Seq == 0 {
+				if p, ok := e.SessionStart(); ok {
+					counts.Target = defaultAdapter(counts.Target, p.Adapter)
+				}
+			}
+			if e.Seq == settled && e.Type != turnlog.TypeTurnEnd {
+				return false, fmt.Errorf("%w: the assembly checkpoint's last turn/end, seq %d, is a %s in the log", ErrUnusable, settled, e.Type)
+			}
+			if e.Seq <= settled {
+				builder().Add(&e)
+			} else {
+				turn = append(turn, e)
+			}
+			// A turn's messages are settled at its turn/end; an event between
+			// turns (a compaction after a turn, a system message) is settled as
+			// it comes.
+			switch e.Type {
+			case turnlog.TypeTurnStart:
+				inTurn = true
+			case turnlog.TypeTurnEnd:
+				inTurn = false
+			}
+			if inTurn {
+				continue
+			}
+			for i := range turn {
+				builder().Add(&turn[i])
+			}
+			if err := builder().Err(); err != nil {
+				if errors.Is(err, ErrNotFound) || errors.Is(err, ErrUnusable) {
+					return false, fmt.Errorf("%w: %w", errPartsLost, err)
+				}
+				return false, err
+			}
+			turn = turn[:0]
+			state.Next = e.Seq + 1
+			sum.ThroughSeq = e.Seq
+			if taken >= passEvents || takenBytes >= passBytes {
+				more = true
+				break
+			}
+		}
+		if b == nil {
+			return false, nil // no turn ended since the last run
+		}
+		res, open := b.Checkpoint()
+		state.Open = open
+		counts.Native += int64(res.Counts.Native)
+		counts.Foreign += int64(res.Counts.Foreign)
+		counts.Degraded += int64(res.Counts.Degraded)
+		counts.OrphanToolResults += int64(res.Counts.OrphanToolResults)
+		for _, d := range degraded {
+			cause := string(d.Cause)
+			if len(counts.DegradedSeqs[cause]) < MaxSeqsPerCause {
+				if counts.DegradedSeqs == nil {
+					counts.DegradedSeqs = map[string][]int64{}
+				}
+				counts.DegradedSeqs[cause] = append(counts.DegradedSeqs[cause], d.Seq)
+			}
+			sum.note(Diagnostic{Seq: d.Seq, Cause: cause, Message: d.Message})
+		}
+		counts.RunCompactions, counts.RunEdits = int64(res.Context.Compactions), int64(res.Context.Edits)
+		counts.Compactions += counts.RunCompactions
+		counts.Edits += counts.RunEdits
+		if res.Context.CompactionSeq >= 0 {
+			counts.LastCompactionSeq = &res.Context.CompactionSeq
+		}
+		sum.Replay = &counts
+		partDiags := degraded
+		if res.Rebuilt {
+			stored, partDiags = nil, slices.Concat(priorDiags, degraded)
+		}
+		chain, err := extendParts(ctx, log, dir, stored, res.Messages, partDiags)
 		if err != nil {
-			return Summary{}, fmt.Errorf("read the log: %w", err)
+			return false, err
 		}
-		if from == 0 && e.Seq == 0 {
-			if p, ok := e.SessionStart(); ok {
-				counts.Target = defaultAdapter(counts.Target, p.Adapter)
+		counts.ContextMessages = int64(len(state.Open.Tail()))
+		if len(chain) > 0 {
+			last := chain[len(chain)-1].ref
+			counts.ContextMessages += last.Start + last.Count
+		}
+		state.Parts = make([]partRef, 0, len(chain))
+		for _, l := range chain {
+			if l.part != nil {
+				data, err := l.part.encode()
+				if err != nil {
+					return false, err
+				}
+				l.ref.CRC32C = crc32.Checksum(data, castagnoli)
+				if err := log.PutDerived(ctx, l.ref.name(dir), data); err != nil {
+					return false, fmt.Errorf("write %s: %w", l.ref.name(dir), err)
+				}
 			}
+			state.Parts = append(state.Parts, l.ref)
 		}
-		if e.Seq == settled && e.Type != turnlog.TypeTurnEnd {
-			return Summary{}, fmt.Errorf("%w: the assembly checkpoint's last turn/end, seq %d, is a %s in the log", ErrUnusable, settled, e.Type)
+		state.Summary = sum
+		if err := storeJSON(ctx, log, replayCheckpoint(target), state); err != nil {
+			return false, err
 		}
-		if e.Seq <= settled {
-			builder().Add(&e)
-		} else {
-			turn = append(turn, e)
-		}
-		// A turn's messages are settled at its turn/end; an event between
-		// turns (a compaction after a turn, a system message) is settled as
-		// it comes.
-		switch e.Type {
-		case turnlog.TypeTurnStart:
-			inTurn = true
-		case turnlog.TypeTurnEnd:
-			inTurn = false
-		}
-		if inTurn {
-			continue
-		}
-		for i := range turn {
-			builder().Add(&turn[i])
-		}
-		if err := builder().Err(); err != nil {
-			if errors.Is(err, ErrNotFound) || errors.Is(err, ErrUnusable) {
-				return Summary{}, fmt.Errorf("%w: %w", errPartsLost, err)
-			}
+		// Only now are the merged parts unlisted. A reader that read the
+		// previous checkpoint and misses one of them reads the new one.
+		deleteUnlisted(ctx, log, dir, listed, state.Parts)
+		listed = state.Parts
+		return more, nil
+	}
+	for {
+		more, err := pass()
+		if err != nil {
 			return Summary{}, err
 		}
-		turn = turn[:0]
-		state.Next = e.Seq + 1
-		sum.ThroughSeq = e.Seq
-	}
-	if b == nil {
-		return sum, nil // no turn ended since the last run
-	}
-	res, open := b.Checkpoint()
-	state.Open = open
-	counts.Native += int64(res.Counts.Native)
-	counts.Foreign += int64(res.Counts.Foreign)
-	counts.Degraded += int64(res.Counts.Degraded)
-	counts.OrphanToolResults += int64(res.Counts.OrphanToolResults)
-	for _, d := range degraded {
-		cause := string(d.Cause)
-		if len(counts.DegradedSeqs[cause]) < MaxSeqsPerCause {
-			if counts.DegradedSeqs == nil {
-				counts.DegradedSeqs = map[string][]int64{}
-			}
-			counts.DegradedSeqs[cause] = append(counts.DegradedSeqs[cause], d.Seq)
+		if !more {
+			return sum, nil
 		}
-		sum.note(Diagnostic{Seq: d.Seq, Cause: cause, Message: d.Message})
 	}
-	counts.RunCompactions, counts.RunEdits = int64(res.Context.Compactions), int64(res.Context.Edits)
-	counts.Compactions += counts.RunCompactions
-	counts.Edits += counts.RunEdits
-	if res.Context.CompactionSeq >= 0 {
-		counts.LastCompactionSeq = &res.Context.CompactionSeq
-	}
-	sum.Replay = &counts
-	partDiags := degraded
-	if res.Rebuilt {
-		stored, partDiags = nil, slices.Concat(priorDiags, degraded)
-	}
-	chain, err := extendParts(ctx, log, dir, stored, res.Messages, partDiags)
-	if err != nil {
-		return Summary{}, err
-	}
-	counts.ContextMessages = int64(len(state.Open.Tail()))
-	if len(chain) > 0 {
-		last := chain[len(chain)-1].ref
-		counts.ContextMessages += last.Start + last.Count
-	}
-	state.Parts = make([]partRef, 0, len(chain))
-	for _, l := range chain {
-		if l.part != nil {
-			data, err := l.part.encode()
-			if err != nil {
-				return Summary{}, err
-			}
-			l.ref.CRC32C = crc32.Checksum(data, castagnoli)
-			if err := log.PutDerived(ctx, l.ref.name(dir), data); err != nil {
-				return Summary{}, fmt.Errorf("write %s: %w", l.ref.name(dir), err)
-			}
-		}
-		state.Parts = append(state.Parts, l.ref)
-	}
-	state.Summary = sum
-	if err := storeJSON(ctx, log, replayCheckpoint(target), state); err != nil {
-		return Summary{}, err
-	}
-	// Only now are the merged parts unlisted. A reader that read the
-	// previous checkpoint and misses one of them reads the new one.
-	deleteUnlisted(ctx, log, dir, listed, state.Parts)
-	return sum, nil
 }
+
+// A replay pass takes in at most about this many events, or bytes of
+// them, before it stores what it built (at the next point where no turn is
+// open): the builder's messages cost several times the bytes of the
+// events they come from, most of all for many small ones. Variables, so
+// that tests can make every run several passes.
+var (
+	passEvents = 20_000
+	passBytes  = 16 << 20
+)
 
 // link is a part of the transcript's chain: a stored one (part nil) or one
 // this run made, which is to be written.

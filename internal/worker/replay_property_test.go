@@ -37,6 +37,8 @@ func TestReplayRunsEqualAWholeReplayOverEverySplit(t *testing.T) {
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	targets := []turnlog.Adapter{{}, {API: "openai-responses", Provider: "openai", Model: "gpt-5"}, {ReleaseLine: turnlog.ReleaseLine073}}
 	var logs, forks, splits, runs int
+	defaultPassEvents := passEvents
+	defer func() { passEvents = defaultPassEvents }()
 	for i := range 60 {
 		g := &splitGen{r: r}
 		data := g.log(2 + r.IntN(5))
@@ -48,6 +50,12 @@ func TestReplayRunsEqualAWholeReplayOverEverySplit(t *testing.T) {
 		}
 		logs++
 		target := targets[i%len(targets)]
+		// Half the logs with runs of several passes, each as short as a
+		// few events.
+		passEvents = defaultPassEvents
+		if i%2 == 1 {
+			passEvents = 1 + r.IntN(8)
+		}
 		ns, nr := checkEverySplit(t, r, data, target, fmt.Sprintf("%s (seed %d; REPLAY_SPLIT_SEED=%d reproduces it)", name, seed, seed))
 		splits += ns
 		runs += nr
