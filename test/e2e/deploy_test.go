@@ -12,6 +12,9 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/store"
 )
 
 // The path a user takes without Docker: `make image`, import, then the
@@ -55,6 +58,24 @@ var _ = Describe("the one-file install of the locally built image", func() {
 		}, metav1.CreateOptions{})
 		Expect(err).NotTo(HaveOccurred())
 
+		By("leaving the record of a log a deleted Session left behind in the manager's namespace, as a manager that gave up on its store does")
+		const orphanUID, orphanLabel = "00000000-0000-4000-8000-00000000e2e0", "turnlog.dev/orphaned-log"
+		bucket, err := store.Open(ctx, env.storeURL, &store.Options{
+			AccessKeyID: env.storeCredentials["AWS_ACCESS_KEY_ID"], SecretAccessKey: env.storeCredentials["AWS_SECRET_ACCESS_KEY"],
+		})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(bucket.Close)
+		orphanRoot, neighbour := "e2e-orphans/gone/"+orphanUID+"/", "e2e-orphans/gone/another-uid/"
+		for _, key := range []string{orphanRoot + "log/00000000000000000000.jsonl", orphanRoot + "derived/assembly", neighbour + "log/00000000000000000000.jsonl"} {
+			Expect(bucket.Put(ctx, key, []byte(`{"seq":0}`+"\n"), nil)).To(Succeed())
+		}
+		_, err = env.clientset.CoreV1().ConfigMaps(namespace).Create(ctx, &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: "turnlog-orphaned-log-" + orphanUID, Namespace: namespace, Labels: map[string]string{orphanLabel: "true"}},
+			Data: map[string]string{"store": "default", "namespace": "e2e-orphans", "session": "gone", "uid": orphanUID,
+				"location": "default:e2e-orphans/gone/" + orphanUID, "reason": "the store timed out"},
+		}, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+
 		By("applying it with kubectl apply -f, as an operator does: the file names its namespaces")
 		apply := exec.CommandContext(ctx, env.kubectl, "--kubeconfig", env.kubeconfig, "apply", "-f", installer)
 		out, err = apply.CombinedOutput()
@@ -75,6 +96,24 @@ var _ = Describe("the one-file install of the locally built image", func() {
 		Expect(kubectl("get", "pods", "-n", namespace, "-l", "app.kubernetes.io/component=manager",
 			"-o", `jsonpath={.items[0].spec.containers[0].image} {.items[0].status.containerStatuses[0].ready} {.items[0].status.containerStatuses[0].containerID}`)).
 			To(MatchRegexp(`^` + workerImage + ` true containerd://[0-9a-f]{64}$`))
+
+		By("seeing the deployed manager's orphan sweep delete that log, and nothing beside it, with the permissions the install gives it")
+		Eventually(func() (string, error) {
+			return tryKubectl("get", "configmaps", "-n", namespace, "-l", orphanLabel, "-o", "name")
+		}).WithTimeout(time.Minute).Should(BeEmpty())
+		keys := func(prefix string) []string {
+			var out []string
+			for o, err := range bucket.List(ctx, prefix) {
+				Expect(err).NotTo(HaveOccurred())
+				out = append(out, o.Key)
+			}
+			return out
+		}
+		Expect(keys(orphanRoot)).To(BeEmpty())
+		Expect(keys(neighbour)).To(ConsistOf(neighbour + "log/00000000000000000000.jsonl"))
+		Eventually(func() (string, error) {
+			return tryKubectl("get", "events", "-n", namespace, "--field-selector", "reason="+turnlogv1.EventOrphanedLogDeleted, "-o", "jsonpath={.items[*].message}")
+		}).Should(Equal("deleted the log Session e2e-orphans/gone left at default:e2e-orphans/gone/" + orphanUID + " (2 objects)"))
 
 		By("importing a Session the deployed manager reconciles")
 		const name, child = "deployed", "deployed-retry"
