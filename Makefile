@@ -151,7 +151,7 @@ soak-plot: ## Plot the last `make soak`'s manager RSS and faults (bin/soak) into
 
 .PHONY: test-soak
 test-soak: control-plane node-deps ## A short soak (~3-4 min): 6 Sessions, 2 hosts, a round of every fault (~90 s), then every check.
-	KUBEBUILDER_ASSETS=$(CONTROL_PLANE_DIR) $(GO) test ./test/soak/ -run TestSoak -count=1 -timeout 20m -v -args -soak.duration=60s -soak.sessions=6 -soak.hosts=2 -soak.fault-every=8s -soak.fork-every=4s -soak.flood-forks=20 -soak.flood-turns=1000 -soak.probes=5 -soak.settle=2m -soak.out=$(SOAK_OUT)-short
+	KUBEBUILDER_ASSETS=$(CONTROL_PLANE_DIR) $(GO) test ./test/soak/ -run TestSoak -count=1 -timeout 20m -v -args -soak.duration=60s -soak.sessions=6 -soak.hosts=2 -soak.fault-every=8s -soak.fork-every=4s -soak.flood-forks=20 -soak.flood-turns=1000 -soak.probes=5 -soak.settle=3m -soak.out=$(SOAK_OUT)-short
 
 .PHONY: image
 image: ## Build the image IMG without Docker, from the Dockerfile's recipe, as an OCI archive: bin/turnlog-image.tar.

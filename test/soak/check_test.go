@@ -132,14 +132,19 @@ func readAcks(path string) ([]ack, error) {
 // a settled system rather than a backlog.
 func (r *run) waitSettled(lastFault time.Time) time.Duration {
 	deadline := lastFault.Add(2 * *flagSettle)
+	var late []string // what was not settled when the bound passed
 	for {
 		pending := r.unsettled()
 		if len(pending) == 0 {
 			d := time.Since(lastFault)
 			if d > *flagSettle {
-				r.t.Errorf("the Sessions settled %s after the last fault, over %s", d.Round(time.Second), *flagSettle)
+				r.t.Errorf("the Sessions settled %s after the last fault, over %s; %d objects were not settled then: %s",
+					d.Round(time.Second), *flagSettle, len(late), strings.Join(late[:min(10, len(late))], "; "))
 			}
 			return d
+		}
+		if late == nil && time.Since(lastFault) > *flagSettle {
+			late = pending
 		}
 		if time.Now().After(deadline) {
 			r.t.Errorf("%d objects not settled %s after the last fault: %s", len(pending), time.Since(lastFault).Round(time.Second), strings.Join(pending[:min(10, len(pending))], "; "))
