@@ -17,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
-	"github.com/turnlog/turnlog/internal/sessionlog"
 )
 
 // A log that a deleted Session with retention Delete left in the store —
@@ -152,32 +151,30 @@ func (l *orphanLedger) sweepOne(ctx context.Context, cm *corev1.ConfigMap) bool 
 	tctx, cancel := context.WithTimeout(ctx, l.Timeout)
 	defer cancel()
 
+	// where is the log's location, once the store says it.
+	where := ""
 	deleted, err := func() (int, error) {
 		st, err := l.Stores.Store(tctx, name)
 		if err != nil {
 			return 0, err
 		}
 		loc := st.Location(session)
-		if _, err := loc.Root(); err != nil {
-			return 0, fmt.Errorf("the record names no valid log: %w", err)
-		}
-		if recorded := d[orphanLocation]; recorded != "" && recorded != statusLocation(name, loc) {
-			return 0, &misplacedError{recorded: recorded, now: statusLocation(name, loc)}
+		where = statusLocation(name, loc)
+		if recorded := d[orphanLocation]; recorded != "" && recorded != where {
+			return 0, &misplacedError{recorded: recorded, now: where}
 		}
 		return st.Logs.Delete(tctx, loc)
 	}()
 	if err != nil {
-		msg := storeProblem(ctx, name, "deleting the orphaned log of Session "+session.Namespace+"/"+session.Name, err).message
+		var msg string
 		if misplaced, ok := errors.AsType[*misplacedError](err); ok {
 			msg = misplaced.Error()
+		} else {
+			msg = storeProblem(ctx, name, "deleting the orphaned log of Session "+session.Namespace+"/"+session.Name, err).message
 		}
 		l.noteFailure(ctx, cm, msg)
 		log.Info("orphaned log left for the next sweep", "reason", msg)
 		return false
-	}
-	where := d[orphanLocation]
-	if where == "" {
-		where = name + ":" + sessionlog.Location{Namespace: session.Namespace, Session: session.Name, UID: string(session.UID)}.String()
 	}
 	l.Recorder.Eventf(cm, nil, corev1.EventTypeNormal, turnlogv1.EventOrphanedLogDeleted, "Sweep",
 		"deleted the log Session %s/%s left at %s (%d objects)", session.Namespace, session.Name, where, deleted)
