@@ -125,9 +125,17 @@ test-examples: control-plane ## Build and test examples/, a module of its own th
 # of containers (no root needed).
 E2E_NODE ?= container
 
+# What the suite runs is built before it, outside go test's -timeout: a
+# slow machine makes the build slower, never the suite red.
+E2E_BUILD_DIR ?= $(BIN_DIR)/e2e
+
+.PHONY: e2e-build
+e2e-build: ## Build what test-e2e runs into E2E_BUILD_DIR: turnlog and, for the container node, the worker images.
+	$(GO) run ./hack/e2ebuild --out $(E2E_BUILD_DIR) --images=$(if $(filter container,$(E2E_NODE)),true,false)
+
 .PHONY: test-e2e
-test-e2e: control-plane node-deps ## End-to-end suite: local cluster with a container node, manager, worker pods, kubectl (docs/e2e.md).
-	E2E_NODE=$(E2E_NODE) KUBEBUILDER_ASSETS=$(CONTROL_PLANE_DIR) $(GO) test ./test/e2e/... -count=1 -timeout 20m -v
+test-e2e: control-plane node-deps e2e-build ## End-to-end suite: local cluster with a container node, manager, worker pods, kubectl (docs/e2e.md).
+	E2E_NODE=$(E2E_NODE) E2E_BUILD_DIR=$(E2E_BUILD_DIR) KUBEBUILDER_ASSETS=$(CONTROL_PLANE_DIR) $(GO) test ./test/e2e/... -count=1 -timeout 40m -v
 
 # The soak (test/soak, docs/reliability.md): hosts stream into SESSIONS
 # Sessions from HOSTS processes for DURATION while faults are injected, then
@@ -142,16 +150,16 @@ SOAK_OUT ?= $(CURDIR)/bin/soak
 SOAK_SETTLE ?= 10m
 SOAK_FLAGS ?=
 .PHONY: soak
-soak: control-plane node-deps ## Soak: hosts stream into SESSIONS Sessions for DURATION under faults, then a check of everything (docs/reliability.md).
-	KUBEBUILDER_ASSETS=$(CONTROL_PLANE_DIR) $(GO) test ./test/soak/ -run TestSoak -count=1 -timeout 8h -v -args -soak.duration=$(DURATION) -soak.sessions=$(SESSIONS) -soak.hosts=$(HOSTS) -soak.fault-every=45s -soak.fork-every=10s -soak.flood-forks=200 -soak.flood-turns=5000 -soak.probes=20 -soak.settle=$(SOAK_SETTLE) -soak.out=$(SOAK_OUT) $(SOAK_FLAGS)
+soak: control-plane node-deps e2e-build ## Soak: hosts stream into SESSIONS Sessions for DURATION under faults, then a check of everything (docs/reliability.md).
+	E2E_BUILD_DIR=$(E2E_BUILD_DIR) KUBEBUILDER_ASSETS=$(CONTROL_PLANE_DIR) $(GO) test ./test/soak/ -run TestSoak -count=1 -timeout 8h -v -args -soak.duration=$(DURATION) -soak.sessions=$(SESSIONS) -soak.hosts=$(HOSTS) -soak.fault-every=45s -soak.fork-every=10s -soak.flood-forks=200 -soak.flood-turns=5000 -soak.probes=20 -soak.settle=$(SOAK_SETTLE) -soak.out=$(SOAK_OUT) $(SOAK_FLAGS)
 
 .PHONY: soak-plot
 soak-plot: ## Plot the last `make soak`'s manager RSS and faults (bin/soak) into docs/soak-rss.png (needs gnuplot).
 	gnuplot hack/soak-plot.gp
 
 .PHONY: test-soak
-test-soak: control-plane node-deps ## A short soak (~3-4 min): 6 Sessions, 2 hosts, a round of every fault (~90 s), then every check.
-	KUBEBUILDER_ASSETS=$(CONTROL_PLANE_DIR) $(GO) test ./test/soak/ -run TestSoak -count=1 -timeout 20m -v -args -soak.duration=60s -soak.sessions=6 -soak.hosts=2 -soak.fault-every=8s -soak.fork-every=4s -soak.flood-forks=20 -soak.flood-turns=1000 -soak.probes=5 -soak.settle=3m -soak.out=$(SOAK_OUT)-short
+test-soak: control-plane node-deps e2e-build ## A short soak (~3-4 min): 6 Sessions, 2 hosts, a round of every fault (~90 s), then every check.
+	E2E_BUILD_DIR=$(E2E_BUILD_DIR) KUBEBUILDER_ASSETS=$(CONTROL_PLANE_DIR) $(GO) test ./test/soak/ -run TestSoak -count=1 -timeout 20m -v -args -soak.duration=60s -soak.sessions=6 -soak.hosts=2 -soak.fault-every=8s -soak.fork-every=4s -soak.flood-forks=20 -soak.flood-turns=1000 -soak.probes=5 -soak.settle=3m -soak.out=$(SOAK_OUT)-short
 
 .PHONY: image
 image: ## Build the image IMG without Docker, from the Dockerfile's recipe, as an OCI archive: bin/turnlog-image.tar.

@@ -7,17 +7,11 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/internal/outcome"
-	"github.com/turnlog/turnlog/internal/sessionlog"
-	"github.com/turnlog/turnlog/internal/turnlog"
 	"github.com/turnlog/turnlog/internal/worker"
 )
 
@@ -74,8 +68,9 @@ func TestSettled(t *testing.T) {
 			s.Annotations = map[string]string{turnlogv1.AnnotationRequestedAt: at.UTC().Format(time.RFC3339Nano)}
 		}
 	}
+	given := worker.Invocation{Task: worker.TaskReplay, StoreURL: "s3://logs"}
 	gaveUp := func(s *turnlogv1.Session) {
-		s.Status.Worker = &turnlogv1.WorkerRun{Name: "r", Failures: 5, Trigger: trigger(s)}
+		s.Status.Worker = &turnlogv1.WorkerRun{Name: "r", Failures: 5, Trigger: trigger(s, given)}
 	}
 	for _, c := range []struct {
 		name string
@@ -91,12 +86,16 @@ func TestSettled(t *testing.T) {
 		{"a run going", session(metav1.ConditionFalse, turnlogv1.ReasonWorkPending, nil), false},
 		{"a run queued", session(metav1.ConditionFalse, turnlogv1.ReasonWorkQueued, nil), false},
 		{"a run given up on", session(metav1.ConditionFalse, turnlogv1.ReasonWorkerFailedPermanently, gaveUp), true},
+		{"a run given up on by a manager with another command line", session(metav1.ConditionFalse, turnlogv1.ReasonWorkerFailedPermanently, func(s *turnlogv1.Session) {
+			gaveUp(s)
+			s.Status.Worker.Trigger = trigger(s, worker.Invocation{Task: worker.TaskReplay, StoreURL: "s3://logs?region=eu-west-1"})
+		}), false},
 		{"a run given up on, then nudged", session(metav1.ConditionFalse, turnlogv1.ReasonWorkerFailedPermanently, func(s *turnlogv1.Session) {
 			gaveUp(s)
 			nudge(now.Add(-time.Hour))(s)
 		}), false},
 	} {
-		if got := settled(c.s); got != c.want {
+		if got := settled(c.s, given); got != c.want {
 			t.Errorf("%s: settled %v, want %v", c.name, got, c.want)
 		}
 	}
@@ -141,46 +140,5 @@ func TestSessionConditions(t *testing.T) {
 		if r := meta.FindStatusCondition(conds, turnlogv1.ConditionReady); !strings.Contains(r.Message, c.wantReadyMsg) || r.ObservedGeneration != 1 {
 			t.Errorf("%s: Ready %q (generation %d), want it to say %q for generation 1", c.name, r.Message, r.ObservedGeneration, c.wantReadyMsg)
 		}
-	}
-}
-
-// TestWorkerJob: a worker Job runs the run's task on the Session's own
-// location, with no Kubernetes credentials, under the restricted Pod
-// Security Standard, owned by the Session.
-func TestWorkerJob(t *testing.T) {
-	scheme := runtime.NewScheme()
-	if err := turnlogv1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	w := &JobWorkers{Scheme: scheme, Image: "turnlog:test", ServiceAccount: "workers", CredentialsSecret: "creds",
-		BackoffLimit: 3, ActiveDeadlineSeconds: 900, TTLSecondsAfterFinished: 3600}
-	session := &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Name: "chat", Namespace: "team-a", UID: types.UID("0d9e")}}
-	run := WorkerRun{Session: session, Task: worker.TaskReplay, Name: "chat-replay-abc", StoreURL: "s3://logs",
-		Location: sessionlog.Location{Prefix: "p", Namespace: "team-a", Session: "chat", UID: "0d9e"},
-		Target:   turnlog.Adapter{Kind: "pi-ai", API: "anthropic-messages", Provider: "anthropic", Model: "m"}}
-	job, err := w.job(run)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pod := job.Spec.Template.Spec
-	c := pod.Containers[0]
-	for _, want := range []string{"worker", "replay", "--store-url=s3://logs", "--prefix=p", "--namespace=team-a", "--session=chat", "--uid=0d9e", "--target-api=anthropic-messages"} {
-		if !slices.Contains(c.Args, want) {
-			t.Errorf("args %v lack %s", c.Args, want)
-		}
-	}
-	switch {
-	case job.Labels[turnlogv1.LabelSession] != "0d9e" || job.Labels["app.kubernetes.io/component"] != "worker":
-		t.Errorf("labels %v", job.Labels)
-	case ptr.Deref(pod.AutomountServiceAccountToken, true) || pod.ServiceAccountName != "workers":
-		t.Errorf("the pod may mount a token (%v) or runs as %q", pod.AutomountServiceAccountToken, pod.ServiceAccountName)
-	case pod.RestartPolicy != corev1.RestartPolicyNever || !*pod.SecurityContext.RunAsNonRoot || *c.SecurityContext.AllowPrivilegeEscalation:
-		t.Errorf("pod security: restart %s, non-root %v, escalation %v", pod.RestartPolicy, *pod.SecurityContext.RunAsNonRoot, *c.SecurityContext.AllowPrivilegeEscalation)
-	case len(c.EnvFrom) != 1 || c.EnvFrom[0].SecretRef.Name != "creds":
-		t.Errorf("credentials %v", c.EnvFrom)
-	case len(job.OwnerReferences) != 1 || job.OwnerReferences[0].UID != "0d9e" || !ptr.Deref(job.OwnerReferences[0].Controller, false):
-		t.Errorf("owner %v", job.OwnerReferences)
-	case *job.Spec.ActiveDeadlineSeconds != 900 || *job.Spec.BackoffLimit != 3:
-		t.Errorf("bounds: deadline %d, backoff %d", *job.Spec.ActiveDeadlineSeconds, *job.Spec.BackoffLimit)
 	}
 }

@@ -2,8 +2,11 @@ package controllers
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -306,10 +309,11 @@ func (r *SessionReconciler) reconcileWork(ctx context.Context, s *sessionScope) 
 	}
 	for s.pending != "" {
 		run := WorkerRun{
-			Session: s.session, Task: s.pending, Store: s.store.Name, StoreURL: s.store.URL,
-			Location: s.location, Target: s.target, Log: s.log,
+			Session:    s.session,
+			Invocation: workerInvocation(s.session, s.pending, s.store.URL, s.location),
+			Store:      s.store.Name, Log: s.log,
 		}
-		run.Name = runName(s.session, run.Task, s.position(run.Task))
+		run.Name = runName(s.session, run.Invocation, s.position(run.Task))
 		if busy, err := r.Workers.Busy(ctx, s.session, run.Name); err != nil {
 			return err
 		} else if busy != "" {
@@ -317,9 +321,10 @@ func (r *SessionReconciler) reconcileWork(ctx context.Context, s *sessionScope) 
 			return nil
 		}
 		st := &s.session.Status
-		if w := st.Worker; w != nil && w.Name == run.Name && w.Failures > 0 && w.Trigger != trigger(s.session) {
-			// A nudge or a spec change: the run gets its attempts afresh.
-			w.Failures, w.RetryAt, w.Trigger = 0, nil, trigger(s.session)
+		if w := st.Worker; w != nil && w.Name == run.Name && w.Failures > 0 && w.Trigger != trigger(s.session, run.Invocation) {
+			// A nudge, a spec change or another command line: the run gets
+			// its attempts afresh.
+			w.Failures, w.RetryAt, w.Trigger = 0, nil, trigger(s.session, run.Invocation)
 		}
 		if w := st.Worker; w != nil && w.Name == run.Name && r.MaxWorkerFailures > 0 && w.Failures >= r.MaxWorkerFailures {
 			s.ready = workerFailedPermanently(run, w)
@@ -367,7 +372,7 @@ func (r *SessionReconciler) reconcileWork(ctx context.Context, s *sessionScope) 
 		case out.Failed && w.FailedAttempt != out.Attempt:
 			w.Failures++
 			w.FailedAttempt = out.Attempt
-			w.Trigger = trigger(s.session)
+			w.Trigger = trigger(s.session, run.Invocation)
 			w.Message = truncate(out.Message, 1024)
 			if r.MaxWorkerFailures > 0 && w.Failures >= r.MaxWorkerFailures {
 				w.RetryAt = nil
@@ -434,9 +439,19 @@ func workerFailedPermanently(run WorkerRun, w *turnlogv1.WorkerRun) *condition {
 }
 
 // trigger names what a run's failures are counted under: the Session's
-// generation and its last nudge. Either changing starts the count again.
-func trigger(session *turnlogv1.Session) string {
-	return truncate(fmt.Sprintf("%d/%s", session.Generation, session.Annotations[turnlogv1.AnnotationRequestedAt]), 64)
+// generation, the run's command line (a digest) and the Session's last
+// nudge. Any of them changing starts the count again: a run given up on by
+// a manager that told its workers something else (an earlier release, a
+// store under another URL) is tried again by this one.
+func trigger(session *turnlogv1.Session, inv worker.Invocation) string {
+	sum := sha256.Sum256([]byte(strings.Join(inv.Args(), "\x00")))
+	return truncate(fmt.Sprintf("%d/%s/%s", session.Generation, hex.EncodeToString(sum[:6]), session.Annotations[turnlogv1.AnnotationRequestedAt]), 64)
+}
+
+// workerInvocation is what the Session's worker runs of task are told,
+// from its spec, its store and its location.
+func workerInvocation(session *turnlogv1.Session, task worker.Task, storeURL string, loc sessionlog.Location) worker.Invocation {
+	return worker.Invocation{Task: task, StoreURL: storeURL, Location: loc, Target: adapterOf(session.Spec.Adapter)}
 }
 
 // position is what makes a run unique: the head assembly catches up with,

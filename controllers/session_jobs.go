@@ -9,26 +9,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
-	"github.com/turnlog/turnlog/internal/worker"
 )
 
-// JobWorkers runs each worker run as a batch/v1 Job whose pod has no
-// Kubernetes credentials and runs under the restricted Pod Security
-// Standard; results come back through object storage, and a one-line
-// summary (or the failure) through the container's termination message.
-type JobWorkers struct {
-	Client client.Client
-	// Reader reads straight from the API server: worker pods, which the
-	// manager does not cache, and the Jobs that decide whether a Session
-	// has a run going, which must not come from a cache a moment behind.
-	Reader client.Reader
-	Scheme *runtime.Scheme
+// JobSettings are the manager's settings for the worker Jobs it creates.
+type JobSettings struct {
 	// Image holds the turnlog binary as its entrypoint.
 	Image string
 	// ServiceAccount the pods run as; its token is never mounted. Empty is
@@ -45,6 +33,19 @@ type JobWorkers struct {
 	ActiveDeadlineSeconds int64
 	// TTLSecondsAfterFinished lets the Job controller remove finished Jobs.
 	TTLSecondsAfterFinished int32
+}
+
+// JobWorkers runs each worker run as a batch/v1 Job (workerJob) whose pod
+// has no Kubernetes credentials and runs under the restricted Pod Security
+// Standard; results come back through object storage, and a one-line
+// summary (or the failure) through the container's termination message.
+type JobWorkers struct {
+	Client client.Client
+	// Reader reads straight from the API server: worker pods, which the
+	// manager does not cache, and the Jobs that decide whether a Session
+	// has a run going, which must not come from a cache a moment behind.
+	Reader   client.Reader
+	Settings JobSettings
 	// NamespaceRuns is how many unfinished worker Jobs one namespace may
 	// have; a run over it waits (WorkQueued). 0 is no limit.
 	NamespaceRuns int
@@ -63,10 +64,7 @@ func (w *JobWorkers) Run(ctx context.Context, run WorkerRun) (WorkerOutcome, err
 		if limit, err := w.namespaceFull(ctx, run.Session.Namespace); err != nil || limit != "" {
 			return WorkerOutcome{Queued: limit != "", Message: limit}, err
 		}
-		job, err = w.job(run)
-		if err != nil {
-			return WorkerOutcome{}, err
-		}
+		job = workerJob(run, w.Settings)
 		if err := w.Client.Create(ctx, job); err != nil && !apierrors.IsAlreadyExists(err) {
 			return WorkerOutcome{}, fmt.Errorf("create worker Job %s: %w", run.Name, err)
 		}
@@ -207,31 +205,26 @@ func (w *JobWorkers) failureMessage(ctx context.Context, job *batchv1.Job) strin
 // them.
 var workerLabels = map[string]string{"app.kubernetes.io/name": "turnlog", "app.kubernetes.io/component": "worker"}
 
-// job builds the Job of a run.
-func (w *JobWorkers) job(run WorkerRun) (*batchv1.Job, error) {
+// sessionKind is the kind worker Jobs' owner references name.
+var sessionKind = turnlogv1.GroupVersion.WithKind("Session")
+
+// workerJob builds the Job of a run: a pure function of the run and the
+// manager's settings. The container's arguments are the run's own command
+// line (worker.Invocation.Args), the one local runs parse too.
+func workerJob(run WorkerRun, s JobSettings) *batchv1.Job {
 	labels := map[string]string{
 		turnlogv1.LabelSession: string(run.Session.UID),
 		turnlogv1.LabelTask:    string(run.Task),
 	}
 	maps.Copy(labels, workerLabels)
-	args := []string{"worker", string(run.Task),
-		"--store-url=" + run.StoreURL,
-		"--prefix=" + run.Location.Prefix,
-		"--namespace=" + run.Location.Namespace,
-		"--session=" + run.Location.Session,
-		"--uid=" + run.Location.UID,
-		"--termination-message-path=" + corev1.TerminationMessagePathDefault,
-	}
-	if run.Task == worker.TaskReplay {
-		args = append(args, "--target-kind="+run.Target.Kind, "--target-api="+run.Target.API,
-			"--target-provider="+run.Target.Provider, "--target-model="+run.Target.Model)
-	}
+	inv := run.Invocation
+	inv.TerminationMessagePath = corev1.TerminationMessagePathDefault
 	container := corev1.Container{
 		Name:  "worker",
-		Image: w.Image,
+		Image: s.Image,
 		// The image's entrypoint is the turnlog binary.
-		Args:                     args,
-		Resources:                w.Resources,
+		Args:                     inv.Args(),
+		Resources:                s.Resources,
 		TerminationMessagePath:   corev1.TerminationMessagePathDefault,
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		SecurityContext: &corev1.SecurityContext{
@@ -241,22 +234,25 @@ func (w *JobWorkers) job(run WorkerRun) (*batchv1.Job, error) {
 			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 		},
 	}
-	if w.CredentialsSecret != "" {
+	if s.CredentialsSecret != "" {
 		container.EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{
-			LocalObjectReference: corev1.LocalObjectReference{Name: w.CredentialsSecret},
+			LocalObjectReference: corev1.LocalObjectReference{Name: s.CredentialsSecret},
 		}}}
 	}
-	job := &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Name: run.Name, Namespace: run.Session.Namespace, Labels: labels},
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: run.Name, Namespace: run.Session.Namespace, Labels: labels,
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(run.Session, sessionKind)},
+		},
 		Spec: batchv1.JobSpec{
-			BackoffLimit:            ptr.To(w.BackoffLimit),
-			ActiveDeadlineSeconds:   ptr.To(w.ActiveDeadlineSeconds),
-			TTLSecondsAfterFinished: ptr.To(w.TTLSecondsAfterFinished),
+			BackoffLimit:            ptr.To(s.BackoffLimit),
+			ActiveDeadlineSeconds:   ptr.To(s.ActiveDeadlineSeconds),
+			TTLSecondsAfterFinished: ptr.To(s.TTLSecondsAfterFinished),
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
 					RestartPolicy:                corev1.RestartPolicyNever,
-					ServiceAccountName:           w.ServiceAccount,
+					ServiceAccountName:           s.ServiceAccount,
 					AutomountServiceAccountToken: ptr.To(false),
 					EnableServiceLinks:           ptr.To(false),
 					SecurityContext: &corev1.PodSecurityContext{
@@ -268,8 +264,4 @@ func (w *JobWorkers) job(run WorkerRun) (*batchv1.Job, error) {
 			},
 		},
 	}
-	if err := controllerutil.SetControllerReference(run.Session, job, w.Scheme); err != nil {
-		return nil, err
-	}
-	return job, nil
 }

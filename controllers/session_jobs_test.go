@@ -20,6 +20,7 @@ import (
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/internal/sessionlog"
+	"github.com/turnlog/turnlog/internal/turnlog"
 	"github.com/turnlog/turnlog/internal/worker"
 )
 
@@ -41,7 +42,7 @@ var _ = Describe("Session controller with pod workers", Ordered, func() {
 		sio = &SessionIO{Client: k8sClient, Stores: stores}
 		stop = startManager(ns, Config{
 			Stores: stores, WorkerMode: WorkerModePod, PollInterval: time.Hour, WorkerMaxFailures: 2,
-			Jobs: JobWorkers{
+			Jobs: JobSettings{
 				Image: "ghcr.io/turnlog/turnlog:test", ServiceAccount: "turnlog-worker", CredentialsSecret: "store-credentials",
 				Resources:    corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")}},
 				BackoffLimit: 2, ActiveDeadlineSeconds: 600, TTLSecondsAfterFinished: 3600,
@@ -209,6 +210,38 @@ var _ = Describe("Session controller with pod workers", Ordered, func() {
 		Expect(*waitReady(ns, "short").Status.AssembledThroughSeq).To(Equal(int64(21)))
 	})
 
+	It("replays by the release line the Session names, through the command line its Jobs carry", func() {
+		transcripts := map[string]string{}
+		for _, line := range []string{"1", "0.73"} {
+			name := "line-" + strings.ReplaceAll(line, ".", "")
+			Expect(k8sClient.Create(ctx, &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+				Spec: turnlogv1.SessionSpec{Adapter: turnlogv1.Adapter{Kind: "pi-ai", API: "openai-responses", Provider: "openai", Model: "gpt-5", ReleaseLine: line}}})).To(Succeed())
+			session, _, err := sio.Import(ctx, ns, name, bytes.NewReader(readLog("model-switch.jsonl")))
+			Expect(err).NotTo(HaveOccurred())
+			for i := 0; i < 6 && cond(getSession(ns, name)(Default).Status.Conditions, turnlogv1.ConditionReady) != "True/Current"; i++ {
+				job := theJob(session)
+				if job.Labels[turnlogv1.LabelTask] == "replay" {
+					Expect(job.Spec.Template.Spec.Containers[0].Args).To(ContainElement("--target-release-line=" + line))
+				}
+				runWorkerPod(&job, 0)
+				Eventually(func(g Gomega) bool {
+					s := getSession(ns, name)(g)
+					return s.Status.Worker == nil || s.Status.Worker.Name != job.Name
+				}).Should(BeTrue())
+			}
+			s := waitReady(ns, name)
+			Expect(s.Status.Replay.Adapter.ReleaseLine).To(Equal(line))
+			tr, _, err := sio.Transcript(ctx, ns, name, func(a turnlog.Adapter) turnlog.Adapter { return a })
+			Expect(err).NotTo(HaveOccurred())
+			Expect(tr.Messages[1].Seq).To(Equal(int64(7)))
+			transcripts[line] = string(tr.Messages[1].Message)
+		}
+		// Claude's reasoning, replayed for GPT-5: dropped by pi-ai 1.x, text
+		// for pi-ai 0.73.
+		Expect(transcripts["1"]).To(ContainSubstring(`"content":[{"type":"text","text":"The rise starts with Tuesday's deploy, which halved the cache."}]`))
+		Expect(transcripts["0.73"]).To(ContainSubstring(`"content":[{"type":"text","text":"Tuesday matches the cache size change."},{"type":"text","text":"The rise starts`))
+	})
+
 	It("creates a worker Job again when it vanishes", func() {
 		session, _, err := sio.Import(ctx, ns, "vanishing", bytes.NewReader(readLog("aborted-turn.jsonl")))
 		Expect(err).NotTo(HaveOccurred())
@@ -238,7 +271,7 @@ var _ = Describe("A Session whose worker run gave up", Ordered, func() {
 		sio = &SessionIO{Client: k8sClient, Stores: stores}
 		conf = Config{
 			Stores: counted, WorkerMode: WorkerModePod, PollInterval: 100 * time.Millisecond, MaxPollInterval: 500 * time.Millisecond, WorkerMaxFailures: 1,
-			Jobs: JobWorkers{Image: "ghcr.io/turnlog/turnlog:test", BackoffLimit: 0, ActiveDeadlineSeconds: 600},
+			Jobs: JobSettings{Image: "ghcr.io/turnlog/turnlog:test", BackoffLimit: 0, ActiveDeadlineSeconds: 600},
 		}
 		stop = startManager(ns, conf)
 	})
@@ -280,6 +313,47 @@ var _ = Describe("A Session whose worker run gave up", Ordered, func() {
 		runWorkerPod(&replay, 0)
 		s := waitReady(ns, "gave-up")
 		Expect(*s.Status.HeadSeq).To(Equal(head.Head() + 2))
+	})
+})
+
+// A manager that tells its workers something new (a flag an earlier
+// release left out, a store moved to another URL) names its runs anew: a
+// Session stuck on a run the earlier manager gave up on is replayed without
+// a nudge.
+var _ = Describe("A Session whose run an earlier manager gave up on", Ordered, func() {
+	It("gets a new run, with its attempts afresh, from a manager whose worker command line differs", func() {
+		ns := newNamespace("upgraded")
+		dir := GinkgoT().TempDir()
+		settings := JobSettings{Image: "ghcr.io/turnlog/turnlog:test", BackoffLimit: 0, ActiveDeadlineSeconds: 600}
+		before := storesAt("file://" + dir)
+		DeferCleanup(func() { Expect(before.Close()).To(Succeed()) })
+		stop := startManager(ns, Config{Stores: before, WorkerMode: WorkerModePod, PollInterval: time.Hour, WorkerMaxFailures: 1, Jobs: settings})
+		sio := &SessionIO{Client: k8sClient, Stores: before}
+		session, _, err := sio.Import(ctx, ns, "stuck", bytes.NewReader(readLog("aborted-turn.jsonl")))
+		Expect(err).NotTo(HaveOccurred())
+		failed := theJobOf(ns, session)
+		runWorkerPod(&failed, 1)
+		Eventually(func(g Gomega) string {
+			return cond(getSession(ns, "stuck")(g).Status.Conditions, turnlogv1.ConditionReady)
+		}).Should(Equal("False/WorkerFailedPermanently"))
+		stop()
+
+		By("starting a manager whose workers are given the same store under another URL")
+		after := storesAt("file://" + dir + "?create_dir=true")
+		DeferCleanup(func() { Expect(after.Close()).To(Succeed()) })
+		stop = startManager(ns, Config{Stores: after, WorkerMode: WorkerModePod, PollInterval: time.Hour, WorkerMaxFailures: 1, Jobs: settings})
+		DeferCleanup(stop)
+		for i := 0; i < 4 && cond(getSession(ns, "stuck")(Default).Status.Conditions, turnlogv1.ConditionReady) != "True/Current"; i++ {
+			job := theJobOf(ns, session)
+			Expect(job.Name).NotTo(Equal(failed.Name))
+			Expect(job.Spec.Template.Spec.Containers[0].Args).To(ContainElement("--store-url=file://" + dir + "?create_dir=true"))
+			runWorkerPod(&job, 0)
+			Eventually(func(g Gomega) bool {
+				s := getSession(ns, "stuck")(g)
+				return s.Status.Worker == nil || s.Status.Worker.Name != job.Name
+			}).Should(BeTrue())
+		}
+		Expect(*waitReady(ns, "stuck").Status.AssembledThroughSeq).To(Equal(int64(21)))
 	})
 })
 

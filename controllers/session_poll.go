@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/worker"
 )
 
 // How a Session nobody nudges is looked at. Appends that come with a nudge
@@ -43,9 +44,6 @@ import (
 // false when the full reconcile must run: the Session is not settled, the
 // log grew, or the probe failed (the full reconcile reports why).
 func (r *SessionReconciler) reconcileIdle(ctx context.Context, session *turnlogv1.Session) (time.Duration, bool) {
-	if !settled(session) {
-		return 0, false
-	}
 	name := session.Spec.Storage.StoreName()
 	st, err := r.Stores.Store(ctx, name)
 	if err != nil {
@@ -53,6 +51,13 @@ func (r *SessionReconciler) reconcileIdle(ctx context.Context, session *turnlogv
 	}
 	loc := st.Location(session)
 	if session.Status.Location != statusLocation(name, loc) {
+		return 0, false
+	}
+	var given worker.Invocation
+	if w := session.Status.Worker; w != nil {
+		given = workerInvocation(session, worker.Task(w.Task), st.URL, loc)
+	}
+	if !settled(session, given) {
 		return 0, false
 	}
 	log, err := st.Logs.Log(loc)
@@ -72,10 +77,12 @@ func (r *SessionReconciler) reconcileIdle(ctx context.Context, session *turnlogv
 // settled: the status says the Session's derived data is current with a
 // log whose head is status.headSeq, for the Session's generation, or that
 // a worker run failed --worker-max-failures times and waits for an append,
-// a nudge or a spec change. Derived data changes only through the
-// controller's own worker runs, so for such a Session only an append (or
-// a nudge, or a new generation, both seen here) can make work.
-func settled(s *turnlogv1.Session) bool {
+// a nudge, a spec change or another command line (given: what this
+// manager tells the run in status.worker). Derived data changes only
+// through the controller's own worker runs, so for such a Session only an
+// append (or a nudge, a new generation or a new command line, all seen
+// here) can make work.
+func settled(s *turnlogv1.Session, given worker.Invocation) bool {
 	st := &s.Status
 	if st.ObservedGeneration != s.Generation || st.LastAppendTime == nil {
 		return false
@@ -93,10 +100,11 @@ func settled(s *turnlogv1.Session) bool {
 	case c.Status == metav1.ConditionTrue:
 		return st.Worker == nil && (c.Reason == turnlogv1.ReasonCurrent || c.Reason == turnlogv1.ReasonEmptyLog)
 	case c.Reason == turnlogv1.ReasonWorkerFailedPermanently:
-		// Given up on until the log grows (its next run has another name)
-		// or the Session is nudged (any new value: the trigger changes) or
-		// its spec changes: polling it costs what an idle one does.
-		return st.Worker != nil && st.Worker.RetryAt == nil && st.Worker.Trigger == trigger(s)
+		// Given up on until the log grows (its next run has another name),
+		// the Session is nudged (any new value: the trigger changes), its
+		// spec changes, or this manager runs the worker with another
+		// command line: polling it costs what an idle one does.
+		return st.Worker != nil && st.Worker.RetryAt == nil && st.Worker.Trigger == trigger(s, given)
 	}
 	return false
 }

@@ -27,9 +27,8 @@ type Config struct {
 	Stores Stores
 	// WorkerMode is WorkerModePod or WorkerModeLocal.
 	WorkerMode string
-	// Jobs configures worker Jobs in pod mode; Client, Reader and Scheme are
-	// filled in from the manager.
-	Jobs JobWorkers
+	// Jobs configures worker Jobs in pod mode.
+	Jobs JobSettings
 	// PollInterval bounds how long an append made without a nudge goes
 	// unnoticed in a Session that is busy; MaxPollInterval (if longer) in
 	// one whose log has been quiet that long.
@@ -155,13 +154,11 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 			perNamespace: limits.NamespaceWorkerRuns, perNamespaceName: "namespace-worker-runs",
 		}}
 	case WorkerModePod:
-		jobs := cfg.Jobs
-		if jobs.Image == "" {
+		if cfg.Jobs.Image == "" {
 			return fmt.Errorf("pod worker mode needs a worker image")
 		}
-		jobs.Client, jobs.Reader, jobs.Scheme = mgr.GetClient(), mgr.GetAPIReader(), mgr.GetScheme()
-		jobs.NamespaceRuns = limits.NamespaceWorkerRuns
-		sessions.Workers, sessions.PodWorkers = &jobs, true
+		sessions.Workers = &JobWorkers{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Settings: cfg.Jobs, NamespaceRuns: limits.NamespaceWorkerRuns}
+		sessions.PodWorkers = true
 	default:
 		return fmt.Errorf("unknown worker mode %q (want %s or %s)", cfg.WorkerMode, WorkerModePod, WorkerModeLocal)
 	}

@@ -10,7 +10,6 @@ import (
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/internal/sessionlog"
-	"github.com/turnlog/turnlog/internal/turnlog"
 	"github.com/turnlog/turnlog/internal/worker"
 )
 
@@ -19,14 +18,15 @@ import (
 // run it started instead of starting another.
 type WorkerRun struct {
 	Session *turnlogv1.Session
-	Task    worker.Task
 	Name    string
-	// Store is the name of the Session's store; StoreURL opens it.
-	Store    string
-	StoreURL string
-	Location sessionlog.Location
-	Target   turnlog.Adapter
-	// Log is the log opened in this process (local mode reads it directly).
+	// Invocation is everything the worker is told, through its command
+	// line in a Job's pod and in this process alike.
+	worker.Invocation
+	// Store is the name of the Session's store, the one Invocation.StoreURL
+	// opens.
+	Store string
+	// Log is the log at Invocation.Location, opened in this process with
+	// the manager's credentials: what a local run reads.
 	Log worker.Log
 }
 
@@ -61,10 +61,14 @@ type Workers interface {
 }
 
 // runName is a run's deterministic name: a DNS label naming the Session
-// and the task, and a hash of what makes the run unique (the Session's UID,
-// the task and the log position it catches up with).
-func runName(session *turnlogv1.Session, task worker.Task, position string) string {
-	sum := sha256.Sum256([]byte(string(session.UID) + "/" + string(task) + "/" + position))
+// and the task, and a hash of what makes the run unique: the Session's
+// UID, the log position it catches up with, and its command line. A
+// manager that tells its workers something new (a flag it used to leave
+// out, a moved store) therefore starts a new run with fresh attempts
+// rather than inheriting the failures of a command it no longer runs.
+func runName(session *turnlogv1.Session, inv worker.Invocation, position string) string {
+	task := inv.Task
+	sum := sha256.Sum256([]byte(string(session.UID) + "/" + string(task) + "/" + position + "\x00" + strings.Join(inv.Args(), "\x00")))
 	name := strings.TrimRight(session.Name, "-.")
 	if len(name) > 40 {
 		name = strings.TrimRight(name[:40], "-.")
@@ -91,11 +95,32 @@ func (w *LocalWorkers) Run(ctx context.Context, run WorkerRun) (WorkerOutcome, e
 		return WorkerOutcome{Queued: true, Message: limit}, nil
 	}
 	defer w.slots.release(ns)
-	if _, err := worker.Run(ctx, run.Task, run.Log, run.Target); err != nil {
+	if _, err := runInProcess(ctx, run); err != nil {
 		msg := storeProblem(ctx, run.Store, fmt.Sprintf("%s run %s", run.Task, run.Name), err).message
 		return WorkerOutcome{Failed: true, Attempt: fmt.Sprintf("local-%d", time.Now().UnixNano()), Message: msg}, nil
 	}
 	return WorkerOutcome{Done: true, Attempt: fmt.Sprintf("local-%d", time.Now().UnixNano())}, nil
+}
+
+// runInProcess runs the command line a Job would carry for run, parsed as
+// the worker pod parses it, on the log this process holds for the run. The
+// log must be the one the command line names: a field lost on the way
+// shows here, in every envtest spec that replays, not only in pods.
+func runInProcess(ctx context.Context, run WorkerRun) (worker.Summary, error) {
+	args := run.Args()
+	var usage strings.Builder
+	inv, err := worker.ParseArgs(args[1:], &usage)
+	if err != nil {
+		return worker.Summary{}, fmt.Errorf("worker command line %q: %s", args, strings.TrimSpace(usage.String()))
+	}
+	held := func(_ context.Context, url string, loc sessionlog.Location) (worker.Log, func() error, error) {
+		if url != run.StoreURL || loc != run.Location {
+			return nil, nil, fmt.Errorf("the worker command line names store %s location %s; the manager holds %s location %s",
+				url, loc, run.StoreURL, run.Location)
+		}
+		return run.Log, func() error { return nil }, nil
+	}
+	return worker.Execute(ctx, inv, held)
 }
 
 // Retry has nothing to clear: every Run is a new attempt.

@@ -320,7 +320,7 @@ func New(ctx context.Context, opts ...Option) (env *Env, err error) {
 		Stores:       stores,
 		WorkerMode:   o.workerMode,
 		PollInterval: o.pollInterval,
-		Jobs:         controllers.JobWorkers{Image: o.workerImage},
+		Jobs:         controllers.JobSettings{Image: o.workerImage},
 	})
 	if err != nil {
 		cancel()

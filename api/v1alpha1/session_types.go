@@ -226,8 +226,9 @@ type WorkerRun struct {
 	// RetryAt is when the run is attempted again after a failure.
 	// +optional
 	RetryAt *metav1.Time `json:"retryAt,omitempty"`
-	// Trigger is the Session's generation and last nudge the failures are
-	// counted under; a new one gives the run its attempts afresh.
+	// Trigger is what the failures are counted under: the Session's
+	// generation, a digest of the run's command line and the last nudge; a
+	// new one gives the run its attempts afresh.
 	// +kubebuilder:validation:MaxLength=64
 	// +optional
 	Trigger string `json:"trigger,omitempty"`

@@ -160,7 +160,7 @@ func runManager(ctx context.Context, args []string, _ io.Reader, _, stderr io.Wr
 		ReconcileDeadline:   *reconcileDeadline,
 		OrphanNamespace:     *orphanNamespace,
 		OrphanSweepInterval: *orphanSweep,
-		Jobs: controllers.JobWorkers{
+		Jobs: controllers.JobSettings{
 			Image:                   *workerImage,
 			ServiceAccount:          *workerSA,
 			CredentialsSecret:       *workerSecret,

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -17,73 +18,151 @@ import (
 // maxTerminationMessage is the kubelet's limit on a termination message.
 const maxTerminationMessage = 4096
 
-// Command is `turnlog worker assemble|replay [flags]`, the entrypoint of a
-// worker pod: it runs the task over the Session's log, prints the Summary
-// as JSON, and leaves it (or the failure) in the termination message file.
-// It returns the process exit code: 0 success, 1 failure, 2 usage.
-func Command(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+// Invocation is one worker run as its command line carries it: everything
+// a worker is told. A Job's pod gets Args as its container arguments, and
+// the manager's in-process runs parse the same arguments (Execute), so
+// whatever reaches a local run has been through the command line a Job
+// would carry. A field added here and not bound in flags fails
+// TestInvocationRoundTrip.
+type Invocation struct {
+	Task Task
+	// StoreURL opens the object store holding the log.
+	StoreURL string
+	Location sessionlog.Location
+	// Target is the adapter replay replays for, its release line included;
+	// empty fields are the log's session/start adapter's.
+	Target turnlog.Adapter
+	// TerminationMessagePath is the file a pod's worker leaves its summary
+	// or failure in for the kubelet; empty for a run in the manager.
+	TerminationMessagePath string
+}
+
+// flags binds every flag of the worker command line to a field of inv:
+// the one definition both Args and ParseArgs read.
+func (inv *Invocation) flags(fs *flag.FlagSet) {
+	fs.StringVar(&inv.StoreURL, "store-url", "", "object store holding the log (s3://, gs://, azblob://, file://)")
+	fs.StringVar(&inv.Location.Prefix, "prefix", "", "key prefix of the Session's storage")
+	fs.StringVar(&inv.Location.Namespace, "namespace", "", "the Session's namespace")
+	fs.StringVar(&inv.Location.Session, "session", "", "the Session's name")
+	fs.StringVar(&inv.Location.UID, "uid", "", "the Session's UID")
+	fs.StringVar(&inv.Target.Kind, "target-kind", "", "replay target adapter kind; empty: the log's session/start")
+	fs.StringVar(&inv.Target.API, "target-api", "", "replay target api")
+	fs.StringVar(&inv.Target.Provider, "target-provider", "", "replay target provider")
+	fs.StringVar(&inv.Target.Model, "target-model", "", "replay target model")
+	fs.StringVar(&inv.Target.ReleaseLine, "target-release-line", "", `pi-ai release line whose rules replay follows: "1" or "0.73"; empty: the log's, else "1"`)
+	fs.StringVar(&inv.TerminationMessagePath, "termination-message-path", "", "file to leave the summary or the failure in, for the pod's status")
+}
+
+// Args is the invocation's command line after the binary's name:
+// `worker TASK --flag=value ...`, every flag written, so that parsing it
+// gives back exactly inv.
+func (inv Invocation) Args() []string {
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	// Binding sets each field to its default; the values are put in after.
+	var bound Invocation
+	bound.flags(fs)
+	bound = inv
+	args := []string{"worker", string(inv.Task)}
+	fs.VisitAll(func(f *flag.Flag) {
+		args = append(args, "--"+f.Name+"="+f.Value.String())
+	})
+	return args
+}
+
+// errUsage is a command line ParseArgs refused; its message is already
+// written.
+var errUsage = errors.New("usage")
+
+// ParseArgs parses a worker command line after `worker`: TASK and flags.
+// Problems are written to stderr, one line each.
+func ParseArgs(args []string, stderr io.Writer) (Invocation, error) {
+	var inv Invocation
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: turnlog worker assemble|replay --store-url URL --namespace NS --session NAME --uid UID [flags]")
 		fs.PrintDefaults()
 	}
-	var loc sessionlog.Location
-	var target turnlog.Adapter
-	storeURL := fs.String("store-url", "", "object store holding the log (s3://, gs://, azblob://, file://)")
-	fs.StringVar(&loc.Prefix, "prefix", "", "key prefix of the Session's storage")
-	fs.StringVar(&loc.Namespace, "namespace", "", "the Session's namespace")
-	fs.StringVar(&loc.Session, "session", "", "the Session's name")
-	fs.StringVar(&loc.UID, "uid", "", "the Session's UID")
-	fs.StringVar(&target.Kind, "target-kind", "", "replay target adapter kind; empty: the log's session/start")
-	fs.StringVar(&target.API, "target-api", "", "replay target api")
-	fs.StringVar(&target.Provider, "target-provider", "", "replay target provider")
-	fs.StringVar(&target.Model, "target-model", "", "replay target model")
-	termPath := fs.String("termination-message-path", "", "file to leave the summary or the failure in, for the pod's status")
+	inv.flags(fs)
 	if len(args) == 0 {
 		fs.Usage()
-		return 2
+		return inv, errUsage
 	}
 	task, err := ParseTask(args[0])
 	if err != nil {
 		fmt.Fprintf(stderr, "turnlog worker: %v\n", err)
-		return 2
+		return inv, errUsage
 	}
+	inv.Task = task
 	if err := fs.Parse(args[1:]); err != nil {
 		if err == flag.ErrHelp {
-			return 0
+			return inv, flag.ErrHelp
 		}
-		return 2
+		return inv, errUsage
 	}
-	if fs.NArg() > 0 || *storeURL == "" || loc.Namespace == "" || loc.Session == "" || loc.UID == "" {
+	switch {
+	case fs.NArg() > 0 || inv.StoreURL == "" || inv.Location.Namespace == "" || inv.Location.Session == "" || inv.Location.UID == "":
 		fmt.Fprintln(stderr, "turnlog worker: --store-url, --namespace, --session and --uid are required, and nothing else")
+		return inv, errUsage
+	case turnlog.CheckReleaseLine(inv.Target.ReleaseLine) != nil:
+		fmt.Fprintf(stderr, "turnlog worker: --target-release-line: %v\n", turnlog.CheckReleaseLine(inv.Target.ReleaseLine))
+		return inv, errUsage
+	}
+	return inv, nil
+}
+
+// Opener opens the log an invocation names; closing releases what opening
+// took.
+type Opener func(ctx context.Context, storeURL string, loc sessionlog.Location) (log Log, closeLog func() error, err error)
+
+// OpenStore opens the store by URL with the process's own credentials, as
+// a worker pod does.
+func OpenStore(ctx context.Context, url string, loc sessionlog.Location) (Log, func() error, error) {
+	b, err := store.Open(ctx, url, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	log, err := sessionlog.New(b).Log(loc)
+	if err != nil {
+		_ = b.Close()
+		return nil, nil, err
+	}
+	return StoreLog{Log: log}, b.Close, nil
+}
+
+// Execute runs the invocation a command line names (see Invocation) on the
+// log open gives for it.
+func Execute(ctx context.Context, inv Invocation, open Opener) (Summary, error) {
+	log, closeLog, err := open(ctx, inv.StoreURL, inv.Location)
+	if err != nil {
+		return Summary{}, err
+	}
+	defer func() { _ = closeLog() }()
+	return Run(ctx, inv.Task, log, inv.Target)
+}
+
+// Command is `turnlog worker assemble|replay [flags]`, the entrypoint of a
+// worker pod: it runs the task over the Session's log, prints the Summary
+// as JSON, and leaves it (or the failure) in the termination message file.
+// It returns the process exit code: 0 success, 1 failure, 2 usage.
+func Command(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	inv, err := ParseArgs(args, stderr)
+	if err == flag.ErrHelp {
+		return 0
+	} else if err != nil {
 		return 2
 	}
-
-	sum, err := runStored(ctx, task, *storeURL, loc, target)
+	sum, err := Execute(ctx, inv, OpenStore)
 	if err != nil {
-		msg := fmt.Sprintf("%s %s: %v", task, loc, err)
+		msg := fmt.Sprintf("%s %s: %v", inv.Task, inv.Location, err)
 		fmt.Fprintf(stderr, "turnlog worker: %s\n", strings.ReplaceAll(msg, "\n", " "))
-		writeTermination(*termPath, []byte(msg), stderr)
+		writeTermination(inv.TerminationMessagePath, []byte(msg), stderr)
 		return 1
 	}
 	data, _ := json.Marshal(sum) // a Summary always encodes
 	fmt.Fprintln(stdout, string(data))
-	writeTermination(*termPath, data, stderr)
+	writeTermination(inv.TerminationMessagePath, data, stderr)
 	return 0
-}
-
-func runStored(ctx context.Context, task Task, url string, loc sessionlog.Location, target turnlog.Adapter) (Summary, error) {
-	b, err := store.Open(ctx, url, nil)
-	if err != nil {
-		return Summary{}, err
-	}
-	defer b.Close()
-	log, err := sessionlog.New(b).Log(loc)
-	if err != nil {
-		return Summary{}, err
-	}
-	return Run(ctx, task, StoreLog{Log: log}, target)
 }
 
 // writeTermination leaves msg where the kubelet reads the termination

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -20,19 +19,17 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/turnlog/turnlog/internal/testutil/versitygw"
+	"github.com/turnlog/turnlog/test/e2e/e2ebuild"
 	"github.com/turnlog/turnlog/test/localcluster"
 )
 
-// Worker images. On the container node, workerImage is built from the
-// Dockerfile's recipe (hack/image); the slow one runs ./workerprobe first,
-// which reports what the runtime enforces and sleeps before it runs the
-// worker, so that a spec can act while a worker pod is Running; the OOM one
-// allocates memory until it is killed. On the process node they map to the
+// Worker images. On the container node they are built from the
+// Dockerfile's recipe (e2ebuild); on the process node they map to the
 // built binary, a script that sleeps first, and nothing.
 const (
-	workerImage     = "turnlog:e2e"
-	slowWorkerImage = "turnlog:e2e-slow"
-	oomWorkerImage  = "turnlog:e2e-oom"
+	workerImage     = e2ebuild.WorkerImage
+	slowWorkerImage = e2ebuild.SlowWorkerImage
+	oomWorkerImage  = e2ebuild.OOMWorkerImage
 	slowWorkerDelay = "5"
 )
 
@@ -78,17 +75,13 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	env.root = root
 	tmp := GinkgoT().TempDir()
 
-	By("building turnlog")
-	env.turnlog = filepath.Join(tmp, "turnlog")
-	build := exec.CommandContext(ctx, "go", "build", "-o", env.turnlog, "./cmd/turnlog")
-	build.Dir = root
-	out, err := build.CombinedOutput()
-	Expect(err).NotTo(HaveOccurred(), "go build ./cmd/turnlog:\n%s", out)
+	built := buildArtifacts(ctx, tmp)
+	env.turnlog = built.Turnlog
 
 	if external := os.Getenv("E2E_KUBECONFIG"); external != "" {
 		useExternalCluster(external)
 	} else {
-		startLocalCluster(ctx, tmp)
+		startLocalCluster(ctx, tmp, built)
 	}
 
 	cfg, err := clientcmd.BuildConfigFromFlags("", env.kubeconfig)
@@ -112,7 +105,26 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 		}, metav1.CreateOptions{})
 		Expect(err).NotTo(HaveOccurred())
 	}
-}, NodeTimeout(10*time.Minute))
+})
+
+// buildArtifacts finds what `make e2e-build` built in E2E_BUILD_DIR, or
+// builds it into tmp when the suite runs without it (go test by hand).
+// The suite's own waits are bounded; a build is not: on a slow machine it
+// takes longer, and should.
+func buildArtifacts(ctx context.Context, tmp string) e2ebuild.Artifacts {
+	GinkgoHelper()
+	withImages := os.Getenv("E2E_KUBECONFIG") == "" && os.Getenv("E2E_NODE") == "container"
+	if dir := os.Getenv("E2E_BUILD_DIR"); dir != "" {
+		By("using turnlog and the worker images built in " + dir)
+		built, err := e2ebuild.Check(dir, withImages)
+		Expect(err).NotTo(HaveOccurred())
+		return built
+	}
+	By("building turnlog and, for the container node, the worker images from the Dockerfile's recipe")
+	built, err := e2ebuild.Build(ctx, env.root, tmp, withImages)
+	Expect(err).NotTo(HaveOccurred())
+	return built
+}
 
 var _ = AfterSuite(func() {
 	// Stop what the suite started in reverse order; each step runs even if
@@ -150,10 +162,10 @@ var _ = AfterEach(func() {
 // startLocalCluster starts the local cluster, the store and the manager in
 // pod worker mode: with E2E_NODE=container, a container node and versitygw
 // on the pod network; by default, the process node and a file:// store.
-func startLocalCluster(ctx context.Context, tmp string) {
+func startLocalCluster(ctx context.Context, tmp string, built e2ebuild.Artifacts) {
 	switch node := os.Getenv("E2E_NODE"); node {
 	case "container":
-		startContainerCluster(ctx, tmp)
+		startContainerCluster(ctx, tmp, built)
 		return
 	case "", "process":
 	default:
@@ -193,35 +205,11 @@ func startLocalCluster(ctx context.Context, tmp string) {
 	env.manager = m
 }
 
-// startContainerCluster builds the worker images, starts the local cluster
-// with a container node, versitygw where pods reach it, and the manager,
-// whose workers get the store's credentials from a Secret as deployed.
-func startContainerCluster(ctx context.Context, tmp string) {
-	By("building the worker images from the Dockerfile's recipe")
-	probe := filepath.Join(tmp, "workerprobe")
-	build := exec.CommandContext(ctx, "go", "build", "-o", probe, "./test/e2e/workerprobe")
-	build.Dir = env.root
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	out, err := build.CombinedOutput()
-	Expect(err).NotTo(HaveOccurred(), "go build ./test/e2e/workerprobe:\n%s", out)
-	var archives []string
-	for _, img := range []struct {
-		ref   string
-		extra []string
-	}{
-		{workerImage, nil},
-		{slowWorkerImage, []string{"--add", probe + ":/workerprobe", "--entrypoint", `["/workerprobe"]`}},
-		{oomWorkerImage, []string{"--add", probe + ":/workerprobe", "--entrypoint", `["/workerprobe","--oom"]`}},
-	} {
-		archive := filepath.Join(tmp, strings.NewReplacer(":", "_", "/", "_").Replace(img.ref)+".tar")
-		args := append([]string{"run", "./hack/image", "--ref", img.ref, "--out", archive}, img.extra...)
-		cmd := exec.CommandContext(ctx, "go", args...)
-		cmd.Dir = env.root
-		out, err := cmd.CombinedOutput()
-		Expect(err).NotTo(HaveOccurred(), "go %s:\n%s", strings.Join(args, " "), out)
-		archives = append(archives, archive)
-	}
-
+// startContainerCluster starts the local cluster with a container node
+// importing the built worker images, versitygw where pods reach it, and the
+// manager, whose workers get the store's credentials from a Secret as
+// deployed.
+func startContainerCluster(ctx context.Context, tmp string, built e2ebuild.Artifacts) {
 	By("starting the local cluster with a container node")
 	startCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
@@ -229,7 +217,7 @@ func startContainerCluster(ctx context.Context, tmp string) {
 		CRDDirectoryPaths: []string{filepath.Join(env.root, "config", "crd", "bases")},
 		ManifestPaths:     []string{filepath.Join(env.root, "config", "admission", "forkedfrom_policy.yaml")},
 		Node:              localcluster.ContainerNode,
-		ImageArchives:     archives,
+		ImageArchives:     built.ImageArchives,
 	})
 	Expect(err).NotTo(HaveOccurred())
 	env.cluster = cluster

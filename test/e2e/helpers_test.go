@@ -31,11 +31,18 @@ const managerDeployment = "turnlog-manager"
 // tryKubectl runs the real kubectl against the suite's cluster, in the
 // suite's namespace unless args name another, and returns its stdout.
 func tryKubectl(args ...string) (string, error) {
+	return tryKubectlWithInput(nil, args...)
+}
+
+// tryKubectlWithInput is tryKubectl with stdin, e.g. a manifest for
+// `kubectl apply -f -`.
+func tryKubectlWithInput(stdin []byte, args ...string) (string, error) {
 	full := []string{"--kubeconfig", env.kubeconfig}
 	if env.namespace != "" {
 		full = append(full, "--namespace", env.namespace)
 	}
 	cmd := exec.Command(env.kubectl, append(full, args...)...)
+	cmd.Stdin = bytes.NewReader(stdin)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -48,6 +55,14 @@ func tryKubectl(args ...string) (string, error) {
 func kubectl(args ...string) string {
 	GinkgoHelper()
 	out, err := tryKubectl(args...)
+	Expect(err).NotTo(HaveOccurred())
+	return out
+}
+
+// kubectlWithInput is tryKubectlWithInput for commands that must succeed.
+func kubectlWithInput(stdin []byte, args ...string) string {
+	GinkgoHelper()
+	out, err := tryKubectlWithInput(stdin, args...)
 	Expect(err).NotTo(HaveOccurred())
 	return out
 }

@@ -28,6 +28,7 @@ import (
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/internal/testutil/versitygw"
+	"github.com/turnlog/turnlog/test/e2e/e2ebuild"
 	"github.com/turnlog/turnlog/test/localcluster"
 )
 
@@ -46,7 +47,7 @@ var (
 )
 
 const (
-	image      = "turnlog:soak"
+	image      = e2ebuild.WorkerImage
 	ns         = "soak"
 	quietNS    = "soak-quiet"
 	floodNS    = "soak-flood"
@@ -161,11 +162,20 @@ func setUp(t *testing.T) *run {
 		t.Fatal(err)
 	}
 
-	r.turnlog = filepath.Join(tmp, "turnlog")
-	r.goCmd("build", "-o", r.turnlog, "./cmd/turnlog")
+	// turnlog and its image: what `make e2e-build` built (E2E_BUILD_DIR),
+	// else built here.
+	var built e2ebuild.Artifacts
+	if dir := os.Getenv("E2E_BUILD_DIR"); dir != "" {
+		built, err = e2ebuild.Check(dir, true)
+	} else {
+		built, err = e2ebuild.Build(r.ctx, root, filepath.Join(tmp, "build"), true)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.turnlog = built.Turnlog
 	r.goCmd("build", "-o", filepath.Join(tmp, "host"), "./test/soak/host")
-	archive := filepath.Join(tmp, "turnlog-soak.tar")
-	r.goCmd("run", "./hack/image", "--ref", image, "--out", archive)
+	archive := built.ImageArchives[0] // e2ebuild.WorkerImage
 
 	startCtx, cancel := context.WithTimeout(r.ctx, 5*time.Minute)
 	defer cancel()
