@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -37,8 +38,8 @@ spec:
 	kubectlWithInput([]byte(manifest), "apply", "-f", "-")
 }
 
-// claudeMessage is the Claude message of `turnlog transcript` for name, as
-// the CLI prints it, once the Session is Ready through the GPT-5 turn.
+// claudeMessage is the Claude message of `turnlog transcript` for name,
+// compacted, once the Session is Ready through the GPT-5 turn.
 func claudeMessage(name string) string {
 	GinkgoHelper()
 	Eventually(func(g Gomega) {
@@ -56,7 +57,9 @@ func claudeMessage(name string) string {
 	Expect(json.Unmarshal([]byte(out), &tr)).To(Succeed(), "turnlog transcript --session %s:\n%s", name, out)
 	for _, m := range tr.Messages {
 		if m.Seq == 7 {
-			return string(m.Message)
+			var compact bytes.Buffer
+			Expect(json.Compact(&compact, m.Message)).To(Succeed())
+			return compact.String()
 		}
 	}
 	Fail(fmt.Sprintf("turnlog transcript --session %s has no message at seq 7:\n%s", name, out))
