@@ -24,7 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/turnlog/turnlog/agenthost"
-	"github.com/turnlog/turnlog/internal/cmdkit"
+	"github.com/turnlog/turnlog/cmd/internal/cmdkit"
 )
 
 func main() {

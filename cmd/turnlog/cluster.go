@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/turnlog/turnlog/agenthost"
-	"github.com/turnlog/turnlog/internal/cmdkit"
+	"github.com/turnlog/turnlog/cmd/internal/cmdkit"
 )
 
 // The commands that work on a Session in a cluster. They find the cluster

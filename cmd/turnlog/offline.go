@@ -9,7 +9,7 @@ import (
 	"os"
 
 	"github.com/turnlog/turnlog/internal/assembler"
-	"github.com/turnlog/turnlog/internal/cmdkit"
+	"github.com/turnlog/turnlog/cmd/internal/cmdkit"
 	"github.com/turnlog/turnlog/internal/forkcut"
 	"github.com/turnlog/turnlog/internal/replay"
 	"github.com/turnlog/turnlog/internal/turnlog"

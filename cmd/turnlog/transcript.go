@@ -4,7 +4,7 @@ import (
 	"context"
 	"io"
 
-	"github.com/turnlog/turnlog/internal/cmdkit"
+	"github.com/turnlog/turnlog/cmd/internal/cmdkit"
 	"github.com/turnlog/turnlog/internal/turnlog"
 )
 
