@@ -4,10 +4,10 @@ import (
 	"context"
 	"io"
 
+	"github.com/turnlog/turnlog/internal/derived"
 	"github.com/turnlog/turnlog/internal/sessionio"
 	"github.com/turnlog/turnlog/internal/sessionlog"
 	"github.com/turnlog/turnlog/internal/store"
-	"github.com/turnlog/turnlog/internal/worker"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -128,7 +128,7 @@ func (l *Log) Export(ctx context.Context, w io.Writer) error {
 	return sessionio.Export(ctx, l.log, w)
 }
 
-func (l *Log) workerLog() worker.Log { return worker.StoreLog{Log: l.log} }
+func (l *Log) workerLog() derived.Log { return derived.StoreLog{Log: l.log} }
 
 // Import writes events as the log of an empty Session (a pi-coding-agent
 // session read with ReadPiSession, say), in segments that end at a

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/turnlog/turnlog/internal/worker"
+	"github.com/turnlog/turnlog/internal/derived"
 )
 
 // Transcript returns the transcript the workers stored for the log's target
@@ -14,7 +14,7 @@ import (
 // the raw log. Before the first turn is replayed it returns a
 // *NotReplayedError (ErrNotReplayed).
 func (l *Log) Transcript(ctx context.Context) (Transcript, error) {
-	return worker.LoadTranscript(ctx, l.workerLog(), l.target)
+	return derived.LoadTranscript(ctx, l.workerLog(), l.target)
 }
 
 // pollInterval is how often WaitTranscript looks at the replay checkpoint.
@@ -29,7 +29,7 @@ func (l *Log) WaitTranscript(ctx context.Context, seq int64) (Transcript, error)
 	defer t.Stop()
 	for {
 		through := int64(-1)
-		sum, found, err := worker.LoadReplay(ctx, l.workerLog(), l.target)
+		sum, found, err := derived.LoadReplay(ctx, l.workerLog(), l.target)
 		if err != nil && ctx.Err() == nil {
 			return Transcript{}, err
 		}

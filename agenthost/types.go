@@ -1,9 +1,9 @@
 package agenthost
 
 import (
+	"github.com/turnlog/turnlog/internal/derived"
 	"github.com/turnlog/turnlog/internal/replay"
 	"github.com/turnlog/turnlog/internal/turnlog"
-	"github.com/turnlog/turnlog/internal/worker"
 )
 
 // The pi-ai shapes the log carries. They are turnlog's own types, shared
@@ -36,7 +36,7 @@ type (
 	// Transcript is a replayed transcript: ThroughSeq (the last turn/end
 	// replayed), Messages, Counts of native, foreign and degraded assistant
 	// messages, and the Diagnostics of the degraded ones.
-	Transcript = worker.Transcript
+	Transcript = derived.Transcript
 	// Message is one transcript message: Seq (the event it comes from),
 	// Role, Replay (native or foreign, assistant messages only), Synthetic
 	// (a tool result turnlog made up for a call that got none) and the
@@ -47,9 +47,9 @@ type (
 	// Diagnostic reports one message whose replay state could not be used.
 	Diagnostic = replay.Diagnostic
 	// NotReplayedError says how far the workers have replayed a log.
-	NotReplayedError = worker.NotReplayedError
+	NotReplayedError = derived.NotReplayedError
 )
 
 // ErrNotReplayed: the workers have not replayed the log (as far as asked)
 // yet. The error is a *NotReplayedError.
-var ErrNotReplayed = worker.ErrNotReplayed
+var ErrNotReplayed = derived.ErrNotReplayed

@@ -11,8 +11,8 @@ import (
 	. "github.com/onsi/gomega"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/derived"
 	"github.com/turnlog/turnlog/internal/sessionlog"
-	"github.com/turnlog/turnlog/internal/worker"
 )
 
 // Checkpoints sit beside the log, where anyone who can write the bucket
@@ -84,17 +84,17 @@ var _ = Describe("Forged checkpoints", Ordered, func() {
 		waitReady(ns, "flood")
 		Eventually(sessionEvents(ns, "flood", turnlogv1.EventReplayDegraded)).Should(HaveLen(3))
 
-		sum := worker.Summary{Task: worker.TaskReplay, ThroughSeq: 12, NewTotal: 2000,
-			Replay: &worker.ReplayCounts{Foreign: 3, Degraded: 3}}
+		sum := derived.Summary{Task: derived.TaskReplay, ThroughSeq: 12, NewTotal: 2000,
+			Replay: &derived.ReplayCounts{Foreign: 3, Degraded: 3}}
 		for i := range 2000 {
-			sum.New = append(sum.New, worker.Diagnostic{Seq: int64(i % 12), Cause: "kind", Message: fmt.Sprintf("forged %d", i)})
+			sum.New = append(sum.New, derived.Diagnostic{Seq: int64(i % 12), Cause: "kind", Message: fmt.Sprintf("forged %d", i)})
 		}
 		data, err := json.Marshal(map[string]any{"summary": sum, "next": 13})
 		Expect(err).NotTo(HaveOccurred())
 		forge("flood", "/checkpoint.json", data, 13, 4) // the replay checkpoint sorts after assembly's
 		Eventually(sessionEvents(ns, "flood", turnlogv1.EventCheckpointRejected)).ShouldNot(BeEmpty())
 		Consistently(func(g Gomega) {
-			g.Expect(len(sessionEvents(ns, "flood", turnlogv1.EventReplayDegraded)(g))).To(BeNumerically("<=", 3+worker.MaxNewDiagnostics+1))
+			g.Expect(len(sessionEvents(ns, "flood", turnlogv1.EventReplayDegraded)(g))).To(BeNumerically("<=", 3+derived.MaxNewDiagnostics+1))
 		}, "3s").Should(Succeed())
 		s := waitReady(ns, "flood")
 		Expect(s.Status.Replay.Degraded).To(Equal(int64(3)))
@@ -102,13 +102,13 @@ var _ = Describe("Forged checkpoints", Ordered, func() {
 })
 
 var _ = Describe("Event bounds", func() {
-	It("lists at most worker.MaxNewDiagnostics of a Summary's diagnostics, whatever it claims", func() {
-		sum := &worker.Summary{NewTotal: 3}
+	It("lists at most derived.MaxNewDiagnostics of a Summary's diagnostics, whatever it claims", func() {
+		sum := &derived.Summary{NewTotal: 3}
 		for i := range 2000 {
-			sum.New = append(sum.New, worker.Diagnostic{Seq: int64(i)})
+			sum.New = append(sum.New, derived.Diagnostic{Seq: int64(i)})
 		}
 		listed, total := boundedNew(sum)
-		Expect(listed).To(HaveLen(worker.MaxNewDiagnostics))
+		Expect(listed).To(HaveLen(derived.MaxNewDiagnostics))
 		Expect(total).To(Equal(int64(2000)))
 	})
 })

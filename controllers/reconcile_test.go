@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/derived"
 	"github.com/turnlog/turnlog/internal/outcome"
 	"github.com/turnlog/turnlog/internal/worker"
 )
@@ -68,7 +69,7 @@ func TestSettled(t *testing.T) {
 			s.Annotations = map[string]string{turnlogv1.AnnotationRequestedAt: at.UTC().Format(time.RFC3339Nano)}
 		}
 	}
-	given := worker.Invocation{Task: worker.TaskReplay, StoreURL: "s3://logs"}
+	given := worker.Invocation{Task: derived.TaskReplay, StoreURL: "s3://logs"}
 	gaveUp := func(s *turnlogv1.Session) {
 		s.Status.Worker = &turnlogv1.WorkerRun{Name: "r", Failures: 5, Trigger: trigger(s, given)}
 	}
@@ -88,7 +89,7 @@ func TestSettled(t *testing.T) {
 		{"a run given up on", session(metav1.ConditionFalse, turnlogv1.ReasonWorkerFailedPermanently, gaveUp), true},
 		{"a run given up on by a manager with another command line", session(metav1.ConditionFalse, turnlogv1.ReasonWorkerFailedPermanently, func(s *turnlogv1.Session) {
 			gaveUp(s)
-			s.Status.Worker.Trigger = trigger(s, worker.Invocation{Task: worker.TaskReplay, StoreURL: "s3://logs?region=eu-west-1"})
+			s.Status.Worker.Trigger = trigger(s, worker.Invocation{Task: derived.TaskReplay, StoreURL: "s3://logs?region=eu-west-1"})
 		}), false},
 		{"a run given up on, then nudged", session(metav1.ConditionFalse, turnlogv1.ReasonWorkerFailedPermanently, func(s *turnlogv1.Session) {
 			gaveUp(s)
@@ -129,7 +130,7 @@ func TestSessionConditions(t *testing.T) {
 	} {
 		s := &sessionScope{session: &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Generation: 1}, Status: c.status}, ready: c.ready}
 		if c.log {
-			s.log = worker.StoreLog{}
+			s.log = derived.StoreLog{}
 		}
 		setSessionConditions(s)
 		conds := s.session.Status.Conditions

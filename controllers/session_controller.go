@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/derived"
 	"github.com/turnlog/turnlog/internal/outcome"
 	"github.com/turnlog/turnlog/internal/sessionlog"
 	"github.com/turnlog/turnlog/internal/turnlog"
@@ -81,13 +82,13 @@ type sessionScope struct {
 
 	store    *SessionStore
 	location sessionlog.Location
-	log      worker.Log
+	log      derived.Log
 	head     sessionlog.HeadInfo
 	target   turnlog.Adapter
 
-	assembly, replay *worker.Summary
+	assembly, replay *derived.Summary
 	// pending is the work still to do, set once the log has been looked at.
-	pending worker.Task
+	pending derived.Task
 
 	// ready is the Ready condition the steps settled on; nil means Current.
 	ready  *condition
@@ -210,7 +211,7 @@ func (r *SessionReconciler) reconcileLog(ctx context.Context, s *sessionScope) e
 		s.ready = &condition{turnlogv1.ReasonStoreUnavailable, err.Error()}
 		return err
 	}
-	s.log = worker.StoreLog{Log: log}
+	s.log = derived.StoreLog{Log: log}
 	session.Status.Location = statusLocation(name, s.location)
 	s.head, err = log.Head(ctx)
 	if _, bad := errors.AsType[*sessionlog.DataError](err); bad && stillSeeding(session) {
@@ -252,8 +253,8 @@ func stillSeeding(session *turnlogv1.Session) bool {
 // decides what work is left.
 func (r *SessionReconciler) reconcileDerived(ctx context.Context, s *sessionScope) error {
 	s.target = adapterOf(s.session.Spec.Adapter)
-	asm, found, err := worker.LoadAssembly(ctx, s.log)
-	found, err = r.believe(ctx, s, worker.TaskAssemble, asm, found, err)
+	asm, found, err := derived.LoadAssembly(ctx, s.log)
+	found, err = r.believe(ctx, s, derived.TaskAssemble, asm, found, err)
 	if err != nil {
 		s.ready = storeProblem(ctx, s.store.Name, "reading the assembly's results", err)
 		return err
@@ -262,8 +263,8 @@ func (r *SessionReconciler) reconcileDerived(ctx context.Context, s *sessionScop
 		s.assembly = &asm
 		r.applyAssembly(s)
 	}
-	rep, found, err := worker.LoadReplay(ctx, s.log, s.target)
-	found, err = r.believe(ctx, s, worker.TaskReplay, rep, found, err)
+	rep, found, err := derived.LoadReplay(ctx, s.log, s.target)
+	found, err = r.believe(ctx, s, derived.TaskReplay, rep, found, err)
 	if err != nil {
 		s.ready = storeProblem(ctx, s.store.Name, "reading the replay's results", err)
 		return err
@@ -281,9 +282,9 @@ func (r *SessionReconciler) reconcileDerived(ctx context.Context, s *sessionScop
 	}
 	switch {
 	case s.assembly == nil || s.assembly.ScannedThrough < head:
-		s.pending = worker.TaskAssemble
+		s.pending = derived.TaskAssemble
 	case lastEnd >= 0 && (s.replay == nil || s.replay.ThroughSeq < s.settled()):
-		s.pending = worker.TaskReplay
+		s.pending = derived.TaskReplay
 	}
 	return nil
 }
@@ -411,8 +412,8 @@ func (r *SessionReconciler) reconcileWork(ctx context.Context, s *sessionScope) 
 }
 
 // reached says how far the results of task are.
-func (s *sessionScope) reached(task worker.Task) string {
-	if task == worker.TaskAssemble {
+func (s *sessionScope) reached(task derived.Task) string {
+	if task == derived.TaskAssemble {
 		if s.assembly == nil {
 			return "no assembly is stored"
 		}
@@ -450,14 +451,14 @@ func trigger(session *turnlogv1.Session, inv worker.Invocation) string {
 
 // workerInvocation is what the Session's worker runs of task are told,
 // from its spec, its store and its location.
-func workerInvocation(session *turnlogv1.Session, task worker.Task, storeURL string, loc sessionlog.Location) worker.Invocation {
+func workerInvocation(session *turnlogv1.Session, task derived.Task, storeURL string, loc sessionlog.Location) worker.Invocation {
 	return worker.Invocation{Task: task, StoreURL: storeURL, Location: loc, Target: adapterOf(session.Spec.Adapter)}
 }
 
 // position is what makes a run unique: the head assembly catches up with,
 // or the turn/end and target replay catches up with.
-func (s *sessionScope) position(task worker.Task) string {
-	if task == worker.TaskAssemble {
+func (s *sessionScope) position(task derived.Task) string {
+	if task == derived.TaskAssemble {
 		return fmt.Sprintf("head=%d", s.head.Head())
 	}
 	t := s.target

@@ -10,7 +10,7 @@ import (
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/internal/assembler"
-	"github.com/turnlog/turnlog/internal/worker"
+	"github.com/turnlog/turnlog/internal/derived"
 )
 
 // maxNote is the longest Event note the events.k8s.io API accepts.
@@ -32,7 +32,7 @@ func messageRef(session *turnlogv1.Session, seq int64) *corev1.ObjectReference {
 // assemblyEvents reports a finished assembly run: one Normal Assembled,
 // and a Warning EnvelopeDiscarded per discarded envelope, bounded as the
 // worker bounds its Summary, with a last Event counting the rest.
-func (r *SessionReconciler) assemblyEvents(session *turnlogv1.Session, a *worker.Summary) {
+func (r *SessionReconciler) assemblyEvents(session *turnlogv1.Session, a *derived.Summary) {
 	r.Recorder.Eventf(session, nil, "Normal", turnlogv1.EventAssembled, "Assemble",
 		"assembled through seq %d (%d turns)", a.ThroughSeq, a.Turns)
 	listed, total := boundedNew(a)
@@ -51,20 +51,20 @@ func (r *SessionReconciler) assemblyEvents(session *turnlogv1.Session, a *worker
 }
 
 // boundedNew is the diagnostics of a run to raise Events for, at most
-// worker.MaxNewDiagnostics, and how many the run found. The worker bounds
+// derived.MaxNewDiagnostics, and how many the run found. The worker bounds
 // its Summary already, but the Summary comes from a checkpoint in the
 // bucket, which anyone who can write the bucket can forge: the bound that
 // protects the API server is enforced here.
-func boundedNew(sum *worker.Summary) ([]worker.Diagnostic, int64) {
-	listed := sum.New[:min(len(sum.New), worker.MaxNewDiagnostics)]
+func boundedNew(sum *derived.Summary) ([]derived.Diagnostic, int64) {
+	listed := sum.New[:min(len(sum.New), derived.MaxNewDiagnostics)]
 	return listed, max(sum.NewTotal, int64(len(sum.New)))
 }
 
 // replayEvents reports a finished replay run: a Warning ReplayDegraded per
-// degraded message, the first worker.MaxNewDiagnostics of them, then one
+// degraded message, the first derived.MaxNewDiagnostics of them, then one
 // Event with the total, so that a badly degraded log cannot flood the API;
 // and a Normal Replayed.
-func (r *SessionReconciler) replayEvents(session *turnlogv1.Session, rep *worker.Summary) {
+func (r *SessionReconciler) replayEvents(session *turnlogv1.Session, rep *derived.Summary) {
 	c := rep.Replay
 	adapter := fmt.Sprintf("%s %s/%s/%s", c.Target.Kind, c.Target.API, c.Target.Provider, c.Target.Model)
 	listed, total := boundedNew(rep)
@@ -90,10 +90,10 @@ func (r *SessionReconciler) replayEvents(session *turnlogv1.Session, rep *worker
 
 // believe decides whether the checkpoint a task's last run left can be
 // put in status: it must be readable and fit the log's head (see
-// worker.Summary.Check). One that does not is ignored, so the work is done
+// derived.Summary.Check). One that does not is ignored, so the work is done
 // again, and reported once per checkpoint: in the manager's log and as a
 // Warning CheckpointRejected Event. A store error is returned as it is.
-func (r *SessionReconciler) believe(ctx context.Context, s *sessionScope, task worker.Task, sum worker.Summary, found bool, err error) (bool, error) {
+func (r *SessionReconciler) believe(ctx context.Context, s *sessionScope, task derived.Task, sum derived.Summary, found bool, err error) (bool, error) {
 	if err == nil && !found {
 		return false, nil
 	}
@@ -109,7 +109,7 @@ func (r *SessionReconciler) believe(ctx context.Context, s *sessionScope, task w
 		if err == nil {
 			return true, nil
 		}
-	} else if !errors.Is(err, worker.ErrUnusable) {
+	} else if !errors.Is(err, derived.ErrUnusable) {
 		return false, err
 	}
 	msg := truncate(err.Error(), 800)

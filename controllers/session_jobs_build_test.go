@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/derived"
 	"github.com/turnlog/turnlog/internal/sessionlog"
 	"github.com/turnlog/turnlog/internal/turnlog"
 	"github.com/turnlog/turnlog/internal/worker"
@@ -37,10 +38,10 @@ func TestWorkerJob(t *testing.T) {
 		inv      worker.Invocation
 		settings JobSettings
 	}{
-		{"assembly", worker.Invocation{Task: worker.TaskAssemble, StoreURL: "s3://logs", Location: loc}, full},
-		{"replay under the 1.x line", worker.Invocation{Task: worker.TaskReplay, StoreURL: "s3://logs", Location: loc, Target: line(gpt5, "1")}, full},
-		{"replay under the 0.73 line", worker.Invocation{Task: worker.TaskReplay, StoreURL: "s3://logs", Location: loc, Target: line(gpt5, "0.73")}, full},
-		{"replay naming no line, default settings", worker.Invocation{Task: worker.TaskReplay, StoreURL: "file:///store", Location: loc, Target: gpt5}, bare},
+		{"assembly", worker.Invocation{Task: derived.TaskAssemble, StoreURL: "s3://logs", Location: loc}, full},
+		{"replay under the 1.x line", worker.Invocation{Task: derived.TaskReplay, StoreURL: "s3://logs", Location: loc, Target: line(gpt5, "1")}, full},
+		{"replay under the 0.73 line", worker.Invocation{Task: derived.TaskReplay, StoreURL: "s3://logs", Location: loc, Target: line(gpt5, "0.73")}, full},
+		{"replay naming no line, default settings", worker.Invocation{Task: derived.TaskReplay, StoreURL: "file:///store", Location: loc, Target: gpt5}, bare},
 	}
 	for _, c := range cases {
 		run := WorkerRun{Session: session, Name: "chat-" + string(c.inv.Task) + "-abc", Invocation: c.inv}
@@ -106,7 +107,7 @@ func TestWorkerJob(t *testing.T) {
 // failed to pass, say) is not the run a manager that passes it starts.
 func TestRunNameFollowsCommandLine(t *testing.T) {
 	session := &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Name: "chat", Namespace: "team-a", UID: types.UID("0d9e")}}
-	inv := worker.Invocation{Task: worker.TaskReplay, StoreURL: "s3://logs", Location: sessionlog.Location{Namespace: "team-a", Session: "chat", UID: "0d9e"},
+	inv := worker.Invocation{Task: derived.TaskReplay, StoreURL: "s3://logs", Location: sessionlog.Location{Namespace: "team-a", Session: "chat", UID: "0d9e"},
 		Target: turnlog.Adapter{Model: "gpt-5", ReleaseLine: "1"}}
 	other := inv
 	other.Target.ReleaseLine = "0.73"

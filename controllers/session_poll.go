@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/derived"
 	"github.com/turnlog/turnlog/internal/worker"
 )
 
@@ -55,7 +56,7 @@ func (r *SessionReconciler) reconcileIdle(ctx context.Context, session *turnlogv
 	}
 	var given worker.Invocation
 	if w := session.Status.Worker; w != nil {
-		given = workerInvocation(session, worker.Task(w.Task), st.URL, loc)
+		given = workerInvocation(session, derived.Task(w.Task), st.URL, loc)
 	}
 	if !settled(session, given) {
 		return 0, false

@@ -18,11 +18,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/derived"
 	"github.com/turnlog/turnlog/internal/forkcut"
 	"github.com/turnlog/turnlog/internal/outcome"
 	"github.com/turnlog/turnlog/internal/sessionio"
 	"github.com/turnlog/turnlog/internal/sessionlog"
-	"github.com/turnlog/turnlog/internal/worker"
 )
 
 // SessionForkReconciler materialises a SessionFork as a child Session whose
@@ -375,16 +375,16 @@ func childSeeded(ctx context.Context, logs *sessionlog.Store, child sessionlog.L
 	return head.Head() >= cut, nil
 }
 
-func (r *SessionForkReconciler) sourceLog(ctx context.Context, s *forkScope) (worker.StoreLog, error) {
+func (r *SessionForkReconciler) sourceLog(ctx context.Context, s *forkScope) (derived.StoreLog, error) {
 	st, err := r.Stores.Store(ctx, s.source.Spec.Storage.StoreName())
 	if err != nil {
-		return worker.StoreLog{}, err
+		return derived.StoreLog{}, err
 	}
 	log, err := st.Logs.Log(st.Location(s.source))
 	if err != nil {
-		return worker.StoreLog{}, err
+		return derived.StoreLog{}, err
 	}
-	return worker.StoreLog{Log: log}, nil
+	return derived.StoreLog{Log: log}, nil
 }
 
 func (r *SessionForkReconciler) patchStatus(ctx context.Context, s *forkScope) error {

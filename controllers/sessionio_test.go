@@ -8,10 +8,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/derived"
 	"github.com/turnlog/turnlog/internal/sessionio"
 	"github.com/turnlog/turnlog/internal/sessionlog"
 	"github.com/turnlog/turnlog/internal/turnlog"
-	"github.com/turnlog/turnlog/internal/worker"
 )
 
 // SessionIO writes and reads Sessions' logs from outside the manager, as
@@ -71,12 +71,12 @@ func (s *SessionIO) Export(ctx context.Context, namespace, name string, w io.Wri
 
 // Transcript returns the transcript the workers stored for the target
 // that target makes of the Session's spec.adapter.
-func (s *SessionIO) Transcript(ctx context.Context, namespace, name string, target func(turnlog.Adapter) turnlog.Adapter) (worker.Transcript, turnlog.Adapter, error) {
+func (s *SessionIO) Transcript(ctx context.Context, namespace, name string, target func(turnlog.Adapter) turnlog.Adapter) (derived.Transcript, turnlog.Adapter, error) {
 	session, log, err := s.session(ctx, namespace, name)
 	if err != nil {
-		return worker.Transcript{}, turnlog.Adapter{}, err
+		return derived.Transcript{}, turnlog.Adapter{}, err
 	}
 	t := target(adapterOf(session.Spec.Adapter))
-	tr, err := worker.LoadTranscript(ctx, worker.StoreLog{Log: log}, t)
+	tr, err := derived.LoadTranscript(ctx, derived.StoreLog{Log: log}, t)
 	return tr, t, err
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/derived"
 	"github.com/turnlog/turnlog/internal/sessionlog"
 	"github.com/turnlog/turnlog/internal/worker"
 )
@@ -27,7 +28,7 @@ type WorkerRun struct {
 	Store string
 	// Log is the log at Invocation.Location, opened in this process with
 	// the manager's credentials: what a local run reads.
-	Log worker.Log
+	Log derived.Log
 }
 
 // WorkerOutcome is where a run stands.
@@ -106,14 +107,14 @@ func (w *LocalWorkers) Run(ctx context.Context, run WorkerRun) (WorkerOutcome, e
 // the worker pod parses it, on the log this process holds for the run. The
 // log must be the one the command line names: a field lost on the way
 // shows here, in every envtest spec that replays, not only in pods.
-func runInProcess(ctx context.Context, run WorkerRun) (worker.Summary, error) {
+func runInProcess(ctx context.Context, run WorkerRun) (derived.Summary, error) {
 	args := run.Args()
 	var usage strings.Builder
 	inv, err := worker.ParseArgs(args[1:], &usage)
 	if err != nil {
-		return worker.Summary{}, fmt.Errorf("worker command line %q: %s", args, strings.TrimSpace(usage.String()))
+		return derived.Summary{}, fmt.Errorf("worker command line %q: %s", args, strings.TrimSpace(usage.String()))
 	}
-	held := func(_ context.Context, url string, loc sessionlog.Location) (worker.Log, func() error, error) {
+	held := func(_ context.Context, url string, loc sessionlog.Location) (derived.Log, func() error, error) {
 		if url != run.StoreURL || loc != run.Location {
 			return nil, nil, fmt.Errorf("the worker command line names store %s location %s; the manager holds %s location %s",
 				url, loc, run.StoreURL, run.Location)

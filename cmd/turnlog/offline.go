@@ -8,12 +8,12 @@ import (
 	"io"
 	"os"
 
-	"github.com/turnlog/turnlog/internal/assembler"
 	"github.com/turnlog/turnlog/cmd/internal/cmdkit"
+	"github.com/turnlog/turnlog/internal/assembler"
+	"github.com/turnlog/turnlog/internal/derived"
 	"github.com/turnlog/turnlog/internal/forkcut"
 	"github.com/turnlog/turnlog/internal/replay"
 	"github.com/turnlog/turnlog/internal/turnlog"
-	"github.com/turnlog/turnlog/internal/worker"
 )
 
 // The offline commands: the worker's assembly, replay and fork cut, run on a
@@ -75,7 +75,7 @@ func runReplay(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	}
 	// The same type the workers store, so `turnlog transcript` prints
 	// the same bytes.
-	out := worker.Transcript{Diagnostics: []replay.Diagnostic{}}
+	out := derived.Transcript{Diagnostics: []replay.Diagnostic{}}
 	opts := replay.Options{
 		Target:    target,
 		Through:   *through,

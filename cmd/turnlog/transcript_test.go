@@ -17,6 +17,7 @@ import (
 
 	"github.com/turnlog/turnlog/agenthost"
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/derived"
 	"github.com/turnlog/turnlog/internal/sessionlog"
 	"github.com/turnlog/turnlog/internal/store"
 	"github.com/turnlog/turnlog/internal/turnlog"
@@ -153,7 +154,7 @@ func transcriptIsReplayOfExport(t *testing.T, kube client.Client, kubeconfig str
 					args = append(args, "-")
 				}
 				runOK(t, part, args...)
-				if _, err := worker.Replay(ctx, worker.StoreLog{Log: log}, target); err != nil {
+				if _, err := worker.Replay(ctx, derived.StoreLog{Log: log}, target); err != nil {
 					t.Fatalf("replay run %d: %v", i, err)
 				}
 			}

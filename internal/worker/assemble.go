@@ -4,25 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/turnlog/turnlog/internal/derived"
 	"io"
 
 	"github.com/turnlog/turnlog/internal/assembler"
 	"github.com/turnlog/turnlog/internal/turnlog"
 )
-
-const (
-	assemblyDir        = "assembly"
-	assemblyCheckpoint = assemblyDir + "/checkpoint.json"
-)
-
-// assemblyState is the checkpoint assembly resumes from.
-type assemblyState struct {
-	Summary Summary `json:"summary"`
-	// Next is the first seq after the last committed turn/end.
-	Next           int64           `json:"next"`
-	CommittedTurns int64           `json:"committedTurns"`
-	SessionAdapter turnlog.Adapter `json:"sessionAdapter"`
-}
 
 // maxAssemblyPartBytes is how much of the log (in event bytes) a run
 // assembles before it stores what it has and a checkpoint: a first run
@@ -36,18 +23,18 @@ const maxAssemblyPartBytes = 1 << 20
 // run, into one derived object per run (or per maxAssemblyPartBytes of the
 // log read), and records where the log's head, turns and last turn/end
 // are. It does nothing when the head has not moved.
-func Assemble(ctx context.Context, log Log) (Summary, error) {
-	fresh := assemblyState{Summary: Summary{Task: TaskAssemble, ThroughSeq: -1, ScannedThrough: -1}}
+func Assemble(ctx context.Context, log derived.Log) (derived.Summary, error) {
+	fresh := derived.AssemblyState{Summary: derived.Summary{Task: derived.TaskAssemble, ThroughSeq: -1, ScannedThrough: -1}}
 	state := fresh
-	found, err := loadCheckpoint(ctx, log, assemblyCheckpoint, &state)
-	if err != nil && !errors.Is(err, ErrUnusable) {
-		return Summary{}, err
+	found, err := derived.LoadCheckpoint(ctx, log, derived.AssemblyCheckpoint, &state)
+	if err != nil && !errors.Is(err, derived.ErrUnusable) {
+		return derived.Summary{}, err
 	}
 	head, herr := log.Head(ctx)
 	if herr != nil {
-		return Summary{}, fmt.Errorf("find the log's head: %w", herr)
+		return derived.Summary{}, fmt.Errorf("find the log's head: %w", herr)
 	}
-	if err := resumable(err, found, state.Summary, state.Next, head); err != nil {
+	if err := derived.Resumable(err, found, state.Summary, state.Next, head); err != nil {
 		state = fresh // derived data: assemble the log again
 	}
 	sum := state.Summary
@@ -58,7 +45,7 @@ func Assemble(ctx context.Context, log Log) (Summary, error) {
 
 	events, err := log.Events(ctx, state.Next)
 	if err != nil {
-		return Summary{}, fmt.Errorf("read the log from seq %d: %w", state.Next, err)
+		return derived.Summary{}, fmt.Errorf("read the log from seq %d: %w", state.Next, err)
 	}
 	defer events.Close()
 
@@ -72,7 +59,7 @@ func Assemble(ctx context.Context, log Log) (Summary, error) {
 		if state.Next > from {
 			// Written before the checkpoint: a run that dies in between
 			// leaves a segment the next run rewrites under the same name.
-			if err := storeJSON(ctx, log, segmentName(assemblyDir, from), committed); err != nil {
+			if err := derived.StoreJSON(ctx, log, derived.SegmentName(derived.AssemblyDir, from), committed); err != nil {
 				return err
 			}
 		}
@@ -81,7 +68,7 @@ func Assemble(ctx context.Context, log Log) (Summary, error) {
 			sum.Turns++
 		}
 		state.Summary = sum
-		return storeJSON(ctx, log, assemblyCheckpoint, state)
+		return derived.StoreJSON(ctx, log, derived.AssemblyCheckpoint, state)
 	}
 	for {
 		e, err := events.Next()
@@ -89,7 +76,7 @@ func Assemble(ctx context.Context, log Log) (Summary, error) {
 			break
 		}
 		if err != nil {
-			return Summary{}, fmt.Errorf("read the log: %w", err)
+			return derived.Summary{}, fmt.Errorf("read the log: %w", err)
 		}
 		sum.ScannedThrough = e.Seq
 		read += len(e.Raw)
@@ -111,7 +98,7 @@ func Assemble(ctx context.Context, log Log) (Summary, error) {
 			state.CommittedTurns++
 			state.Next = e.Seq + 1
 			sum.ThroughSeq = e.Seq
-			sum.LastTurnEnd = &TurnEnd{Seq: e.Seq, Turn: e.Turn, Reason: end.Reason}
+			sum.LastTurnEnd = &derived.TurnEnd{Seq: e.Seq, Turn: e.Turn, Reason: end.Reason}
 			committed.Messages = append(committed.Messages, open.Messages...)
 			committed.Partials = append(committed.Partials, open.Partials...)
 			committed.Diagnostics = append(committed.Diagnostics, open.Diagnostics...)
@@ -119,15 +106,15 @@ func Assemble(ctx context.Context, log Log) (Summary, error) {
 				switch d.Code {
 				case assembler.CodeEnvelopeMisaligned:
 					sum.EnvelopesDiscarded++
-					sum.note(Diagnostic{Seq: d.Seq, Cause: d.Code, Message: d.Message})
+					sum.Note(derived.Diagnostic{Seq: d.Seq, Cause: d.Code, Message: d.Message})
 				case assembler.CodeMessageTooLarge:
-					sum.note(Diagnostic{Seq: d.Seq, Cause: d.Code, Message: d.Message})
+					sum.Note(derived.Diagnostic{Seq: d.Seq, Cause: d.Code, Message: d.Message})
 				}
 			}
 			open = assembler.Result{}
 			if read >= maxAssemblyPartBytes {
 				if err := commit(); err != nil {
-					return Summary{}, err
+					return derived.Summary{}, err
 				}
 				committed = assembler.Result{Messages: []assembler.Assembled{}, Partials: []assembler.Partial{}, Diagnostics: []assembler.Diagnostic{}}
 				from, read = state.Next, 0
@@ -138,10 +125,10 @@ func Assemble(ctx context.Context, log Log) (Summary, error) {
 		// A log only grows, so the events through the head read above
 		// must all be there; a shorter read is a log with objects
 		// missing, and a summary of it would be taken for the whole.
-		return Summary{}, fmt.Errorf("read the log: it ended at seq %d, before seq %d, its head when this run began", sum.ScannedThrough, head)
+		return derived.Summary{}, fmt.Errorf("read the log: it ended at seq %d, before seq %d, its head when this run began", sum.ScannedThrough, head)
 	}
 	if err := commit(); err != nil {
-		return Summary{}, err
+		return derived.Summary{}, err
 	}
 	return sum, nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/turnlog/turnlog/internal/derived"
 	"io"
 	"os"
 	"strings"
@@ -25,7 +26,7 @@ const maxTerminationMessage = 4096
 // would carry. A field added here and not bound in flags fails
 // TestInvocationRoundTrip.
 type Invocation struct {
-	Task Task
+	Task derived.Task
 	// StoreURL opens the object store holding the log.
 	StoreURL string
 	Location sessionlog.Location
@@ -88,7 +89,7 @@ func ParseArgs(args []string, stderr io.Writer) (Invocation, error) {
 		fs.Usage()
 		return inv, errUsage
 	}
-	task, err := ParseTask(args[0])
+	task, err := derived.ParseTask(args[0])
 	if err != nil {
 		fmt.Fprintf(stderr, "turnlog worker: %v\n", err)
 		return inv, errUsage
@@ -113,11 +114,11 @@ func ParseArgs(args []string, stderr io.Writer) (Invocation, error) {
 
 // Opener opens the log an invocation names; closing releases what opening
 // took.
-type Opener func(ctx context.Context, storeURL string, loc sessionlog.Location) (log Log, closeLog func() error, err error)
+type Opener func(ctx context.Context, storeURL string, loc sessionlog.Location) (log derived.Log, closeLog func() error, err error)
 
 // OpenStore opens the store by URL with the process's own credentials, as
 // a worker pod does.
-func OpenStore(ctx context.Context, url string, loc sessionlog.Location) (Log, func() error, error) {
+func OpenStore(ctx context.Context, url string, loc sessionlog.Location) (derived.Log, func() error, error) {
 	b, err := store.Open(ctx, url, nil)
 	if err != nil {
 		return nil, nil, err
@@ -127,15 +128,15 @@ func OpenStore(ctx context.Context, url string, loc sessionlog.Location) (Log, f
 		_ = b.Close()
 		return nil, nil, err
 	}
-	return StoreLog{Log: log}, b.Close, nil
+	return derived.StoreLog{Log: log}, b.Close, nil
 }
 
 // Execute runs the invocation a command line names (see Invocation) on the
 // log open gives for it.
-func Execute(ctx context.Context, inv Invocation, open Opener) (Summary, error) {
+func Execute(ctx context.Context, inv Invocation, open Opener) (derived.Summary, error) {
 	log, closeLog, err := open(ctx, inv.StoreURL, inv.Location)
 	if err != nil {
-		return Summary{}, err
+		return derived.Summary{}, err
 	}
 	defer func() { _ = closeLog() }()
 	return Run(ctx, inv.Task, log, inv.Target)
@@ -159,7 +160,7 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		writeTermination(inv.TerminationMessagePath, []byte(msg), stderr)
 		return 1
 	}
-	data, _ := json.Marshal(sum) // a Summary always encodes
+	data, _ := json.Marshal(sum) // a derived.Summary always encodes
 	fmt.Fprintln(stdout, string(data))
 	writeTermination(inv.TerminationMessagePath, data, stderr)
 	return 0
@@ -173,7 +174,7 @@ func writeTermination(path string, msg []byte, stderr io.Writer) {
 		return
 	}
 	if len(msg) > maxTerminationMessage {
-		msg = []byte(truncate(string(msg), maxTerminationMessage))
+		msg = []byte(derived.Truncate(string(msg), maxTerminationMessage))
 	}
 	if err := os.WriteFile(path, msg, 0o644); err != nil {
 		fmt.Fprintf(stderr, "turnlog worker: writing the termination message: %v\n", err)

@@ -3,6 +3,7 @@ package worker
 import (
 	"bytes"
 	"fmt"
+	"github.com/turnlog/turnlog/internal/derived"
 	"reflect"
 	"strings"
 	"testing"
@@ -41,7 +42,7 @@ func TestInvocationRoundTrip(t *testing.T) {
 	n := 0
 	fillDistinct(t, reflect.ValueOf(&every).Elem(), "", &n)
 	// The two fields whose values are checked when parsed.
-	every.Task = TaskReplay
+	every.Task = derived.TaskReplay
 	every.Target.ReleaseLine = turnlog.ReleaseLine073
 
 	loc := sessionlog.Location{Namespace: "team-a", Session: "chat", UID: "0d9e"}
@@ -50,13 +51,13 @@ func TestInvocationRoundTrip(t *testing.T) {
 		inv  Invocation
 	}{
 		{"every field set", every},
-		{"assembly: no target", Invocation{Task: TaskAssemble, StoreURL: "file:///var/store", Location: loc}},
-		{"replay under 1.x", Invocation{Task: TaskReplay, StoreURL: "s3://logs?region=us-east-1&endpoint=http://127.0.0.1:9000", Location: loc,
+		{"assembly: no target", Invocation{Task: derived.TaskAssemble, StoreURL: "file:///var/store", Location: loc}},
+		{"replay under 1.x", Invocation{Task: derived.TaskReplay, StoreURL: "s3://logs?region=us-east-1&endpoint=http://127.0.0.1:9000", Location: loc,
 			Target: turnlog.Adapter{Kind: "pi-ai", API: "openai-responses", Provider: "openai", Model: "gpt-5", ReleaseLine: turnlog.ReleaseLine1}}},
-		{"replay under 0.73, a prefix with slashes, a model with spaces and =", Invocation{Task: TaskReplay, StoreURL: "mem://",
+		{"replay under 0.73, a prefix with slashes, a model with spaces and =", Invocation{Task: derived.TaskReplay, StoreURL: "mem://",
 			Location: sessionlog.Location{Prefix: "tenants/a", Namespace: "ns", Session: "s", UID: "u"},
 			Target:   turnlog.Adapter{Model: "my model=fast", ReleaseLine: turnlog.ReleaseLine073}, TerminationMessagePath: "/dev/termination-log"}},
-		{"replay for the log's own adapter", Invocation{Task: TaskReplay, StoreURL: "mem://", Location: loc}},
+		{"replay for the log's own adapter", Invocation{Task: derived.TaskReplay, StoreURL: "mem://", Location: loc}},
 	}
 	for _, c := range cases {
 		args := c.inv.Args()
@@ -79,7 +80,7 @@ func TestInvocationRoundTrip(t *testing.T) {
 // TestParseArgsRefuses: a command line a worker cannot run is a usage
 // error naming what is wrong, before anything is opened.
 func TestParseArgsRefuses(t *testing.T) {
-	base := Invocation{Task: TaskReplay, StoreURL: "mem://", Location: sessionlog.Location{Namespace: "ns", Session: "s", UID: "u"}}
+	base := Invocation{Task: derived.TaskReplay, StoreURL: "mem://", Location: sessionlog.Location{Namespace: "ns", Session: "s", UID: "u"}}
 	line := base
 	line.Target.ReleaseLine = "0.8"
 	cases := []struct {

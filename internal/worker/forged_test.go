@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/turnlog/turnlog/internal/derived"
 	"strings"
 	"testing"
 
@@ -21,9 +22,9 @@ func TestForgedAssemblyCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	forged := `{"summary":{"task":"assemble","throughSeq":1000,"scannedThrough":1000,"turns":3,"lastTurnEnd":{"seq":1000,"turn":3,"reason":"stop"}},"next":1001,"committedTurns":3}`
-	log.derived[assemblyCheckpoint] = []byte(forged)
+	log.objects[derived.AssemblyCheckpoint] = []byte(forged)
 
-	sum, found, err := LoadAssembly(ctx, log)
+	sum, found, err := derived.LoadAssembly(ctx, log)
 	if err != nil || !found {
 		t.Fatalf("LoadAssembly = %v, %v", found, err)
 	}
@@ -37,7 +38,7 @@ func TestForgedAssemblyCheckpoint(t *testing.T) {
 	if again.ThroughSeq != honest.ThroughSeq || again.ScannedThrough != 22 || again.Turns != honest.Turns {
 		t.Fatalf("assembly after a forged checkpoint = %+v, want it redone: %+v", again, honest)
 	}
-	if sum, _, _ := LoadAssembly(ctx, log); sum.Check(22) != nil {
+	if sum, _, _ := derived.LoadAssembly(ctx, log); sum.Check(22) != nil {
 		t.Fatalf("the run left a checkpoint that fails Check: %v", sum.Check(22))
 	}
 }
@@ -47,17 +48,17 @@ func TestForgedReplayCheckpoint(t *testing.T) {
 	log := newMemLog(t, turnlogtest.Log(200, 7))
 	head, _ := log.Head(ctx)
 	target := turnlogtest.Adapter
-	name := replayCheckpoint(target)
+	name := derived.ReplayCheckpoint(target)
 
 	// 500 degraded messages listed: more than a run ever lists.
-	var state replayState
-	state.Summary = Summary{Task: TaskReplay, ThroughSeq: head, Replay: &ReplayCounts{Target: target, Foreign: 500, Degraded: 500}, NewTotal: 500}
+	var state derived.ReplayState
+	state.Summary = derived.Summary{Task: derived.TaskReplay, ThroughSeq: head, Replay: &derived.ReplayCounts{Target: target, Foreign: 500, Degraded: 500}, NewTotal: 500}
 	for i := range 500 {
-		state.Summary.New = append(state.Summary.New, Diagnostic{Seq: int64(i % int(head)), Cause: "kind", Message: "x"})
+		state.Summary.New = append(state.Summary.New, derived.Diagnostic{Seq: int64(i % int(head)), Cause: "kind", Message: "x"})
 	}
 	data, _ := json.Marshal(state)
-	log.derived[name] = data
-	sum, found, err := LoadReplay(ctx, log, target)
+	log.objects[name] = data
+	sum, found, err := derived.LoadReplay(ctx, log, target)
 	if err != nil || !found {
 		t.Fatalf("LoadReplay = %v, %v", found, err)
 	}
@@ -69,13 +70,13 @@ func TestForgedReplayCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Replay.Foreign+rep.Replay.Native == 500 || len(rep.New) > MaxNewDiagnostics || rep.Check(head) != nil {
+	if rep.Replay.Foreign+rep.Replay.Native == 500 || len(rep.New) > derived.MaxNewDiagnostics || rep.Check(head) != nil {
 		t.Fatalf("replay after a forged checkpoint = %+v %+v: %v", rep, rep.Replay, rep.Check(head))
 	}
 
 	// A checkpoint larger than any real one is not even read whole.
-	log.derived[name] = []byte(`{"summary":{"task":"replay","throughSeq":1,"replay":{"degradedSeqs":{"kind":[` + strings.Repeat("1,", 100_000) + `1]}}}}`)
-	if _, _, err := LoadReplay(ctx, log, target); !errors.Is(err, ErrUnusable) {
+	log.objects[name] = []byte(`{"summary":{"task":"replay","throughSeq":1,"replay":{"degradedSeqs":{"kind":[` + strings.Repeat("1,", 100_000) + `1]}}}}`)
+	if _, _, err := derived.LoadReplay(ctx, log, target); !errors.Is(err, derived.ErrUnusable) {
 		t.Fatalf("LoadReplay of a 200 KB checkpoint = %v, want ErrUnusable", err)
 	}
 	if rep2, err := Replay(ctx, log, target); err != nil || rep2.ThroughSeq != rep.ThroughSeq {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"github.com/turnlog/turnlog/internal/derived"
 	"os"
 	"path/filepath"
 	"strings"
@@ -63,7 +64,7 @@ func TestHugeTurnStaysBounded(t *testing.T) {
 
 	_, log := openFileLog(t, dir, loc)
 	measureHeapWithin(t, turnBound, func() {
-		sum, err := Run(ctx, TaskAssemble, log, turnlogtest.Adapter)
+		sum, err := Run(ctx, derived.TaskAssemble, log, turnlogtest.Adapter)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -72,10 +73,10 @@ func TestHugeTurnStaysBounded(t *testing.T) {
 		}
 	}, "assemble a 188 MB turn")
 	measureHeapWithin(t, turnBound, func() {
-		if _, err := Run(ctx, TaskReplay, log, turnlogtest.Adapter); err != nil {
+		if _, err := Run(ctx, derived.TaskReplay, log, turnlogtest.Adapter); err != nil {
 			t.Fatal(err)
 		}
-		tr, err := LoadTranscript(ctx, log, turnlogtest.Adapter)
+		tr, err := derived.LoadTranscript(ctx, log, turnlogtest.Adapter)
 		if err != nil {
 			t.Fatalf("the stored transcript is not readable: %v", err)
 		}
@@ -119,11 +120,11 @@ func TestManyMessagesStayBounded(t *testing.T) {
 		}
 	})
 	b, log := openFileLog(t, dir, loc)
-	if _, err := Run(ctx, TaskAssemble, log, turnlogtest.Adapter); err != nil {
+	if _, err := Run(ctx, derived.TaskAssemble, log, turnlogtest.Adapter); err != nil {
 		t.Fatal(err)
 	}
 	measureHeapWithin(t, turnBound, func() {
-		sum, err := Run(ctx, TaskReplay, log, turnlogtest.Adapter)
+		sum, err := Run(ctx, derived.TaskReplay, log, turnlogtest.Adapter)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -132,22 +133,22 @@ func TestManyMessagesStayBounded(t *testing.T) {
 		}
 	}, fmt.Sprintf("replay %d messages", messages))
 
-	tr, err := LoadTranscript(ctx, log, turnlogtest.Adapter)
+	tr, err := derived.LoadTranscript(ctx, log, turnlogtest.Adapter)
 	if err != nil {
 		t.Fatalf("the stored transcript is not readable: %v", err)
 	}
 	if n := len(tr.Messages); n != messages+2 || !strings.Contains(string(tr.Messages[n-1].Message), fmt.Sprintf("rule %d", messages-1)) {
 		t.Fatalf("the stored transcript has %d messages, the last %s; want %d, the last rule %d", n, tr.Messages[n-1].Message, messages+2, messages-1)
 	}
-	var state replayState
-	if _, err := loadReplayState(ctx, log, turnlogtest.Adapter, &state); err != nil {
+	var state derived.ReplayState
+	if _, err := derived.LoadReplayState(ctx, log, turnlogtest.Adapter, &state); err != nil {
 		t.Fatal(err)
 	}
 	listed := map[string]bool{}
 	for _, p := range state.Parts {
-		listed[p.name(replayDir(turnlogtest.Adapter))] = true
+		listed[p.Name(derived.TranscriptDir(turnlogtest.Adapter))] = true
 	}
-	for o, err := range b.List(ctx, root+"derived/"+replayDir(turnlogtest.Adapter)+"/") {
+	for o, err := range b.List(ctx, root+"derived/"+derived.TranscriptDir(turnlogtest.Adapter)+"/") {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -160,7 +161,7 @@ func TestManyMessagesStayBounded(t *testing.T) {
 
 // openFileLog opens the log at loc in a file:// store at dir, closed when
 // the test ends.
-func openFileLog(t *testing.T, dir string, loc sessionlog.Location) (store.Bucket, StoreLog) {
+func openFileLog(t *testing.T, dir string, loc sessionlog.Location) (store.Bucket, derived.StoreLog) {
 	t.Helper()
 	b, err := store.Open(context.Background(), "file://"+dir, nil)
 	if err != nil {
@@ -171,5 +172,5 @@ func openFileLog(t *testing.T, dir string, loc sessionlog.Location) (store.Bucke
 	if err != nil {
 		t.Fatal(err)
 	}
-	return b, StoreLog{lg}
+	return b, derived.StoreLog{Log: lg}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/turnlog/turnlog/internal/derived"
 	"io"
 	"math"
 	"os"
@@ -85,16 +86,16 @@ func TestReadersStayBounded(t *testing.T) {
 		}
 	}, "head")
 	peak = max(peak, measureHeap(t, func() {
-		if _, _, err := LoadAssembly(ctx, StoreLog{lg}); !errors.Is(err, ErrUnusable) {
+		if _, _, err := derived.LoadAssembly(ctx, derived.StoreLog{Log: lg}); !errors.Is(err, derived.ErrUnusable) {
 			t.Fatalf("LoadAssembly of a forged checkpoint of 2M diagnostics = %v, want ErrUnusable", err)
 		}
-		if _, found, err := LoadReplay(ctx, StoreLog{lg}, turnlogtest.Adapter); err != nil || found {
+		if _, found, err := derived.LoadReplay(ctx, derived.StoreLog{Log: lg}, turnlogtest.Adapter); err != nil || found {
 			t.Fatalf("LoadReplay = %v, %v; want nothing found", found, err)
 		}
 	}, "checkpoints"))
 	peak = max(peak, measureHeap(t, func() {
 		// The first assembly of the whole log, past the forged checkpoint.
-		sum, err := Assemble(ctx, StoreLog{lg})
+		sum, err := Assemble(ctx, derived.StoreLog{Log: lg})
 		if err != nil {
 			t.Fatal(err)
 		}

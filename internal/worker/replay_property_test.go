@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/turnlog/turnlog/internal/derived"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -129,7 +130,7 @@ func checkEverySplit(t *testing.T, r *rand.Rand, data []byte, target turnlog.Ada
 				t.Fatalf("%s: run: %v", name, err)
 			}
 			runs++
-			stored, err := LoadTranscript(ctx, log, target)
+			stored, err := derived.LoadTranscript(ctx, log, target)
 			if err != nil {
 				t.Fatalf("%s: read the stored transcript: %v", name, err)
 			}

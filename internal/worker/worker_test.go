@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/turnlog/turnlog/internal/derived"
 	"io"
 	"os"
 	"path/filepath"
@@ -21,7 +22,7 @@ import (
 // memLog is a Log in memory that counts the events runs read.
 type memLog struct {
 	events  []turnlog.Event
-	derived map[string][]byte
+	objects map[string][]byte
 	read    int
 	// onPut, if set, sees every PutDerived.
 	onPut func(name string, data []byte)
@@ -29,7 +30,7 @@ type memLog struct {
 
 func newMemLog(t *testing.T, data []byte) *memLog {
 	t.Helper()
-	l := &memLog{derived: map[string][]byte{}}
+	l := &memLog{objects: map[string][]byte{}}
 	l.append(t, data)
 	return l
 }
@@ -51,23 +52,23 @@ func (l *memLog) append(t *testing.T, data []byte) {
 
 func (l *memLog) Head(context.Context) (int64, error) { return int64(len(l.events)) - 1, nil }
 
-func (l *memLog) Events(_ context.Context, from int64) (Events, error) {
+func (l *memLog) Events(_ context.Context, from int64) (derived.Events, error) {
 	return &memEvents{log: l, next: from}, nil
 }
 
 func (l *memLog) GetDerived(_ context.Context, name string, limit int64) ([]byte, error) {
-	data, ok := l.derived[name]
+	data, ok := l.objects[name]
 	if !ok {
-		return nil, ErrNotFound
+		return nil, derived.ErrNotFound
 	}
 	if limit > 0 && int64(len(data)) > limit {
-		return nil, fmt.Errorf("%w: %s: %d bytes, over the limit of %d", ErrUnusable, name, len(data), limit)
+		return nil, fmt.Errorf("%w: %s: %d bytes, over the limit of %d", derived.ErrUnusable, name, len(data), limit)
 	}
 	return data, nil
 }
 
 func (l *memLog) DeleteDerived(_ context.Context, name string) error {
-	delete(l.derived, name)
+	delete(l.objects, name)
 	return nil
 }
 
@@ -75,7 +76,7 @@ func (l *memLog) PutDerived(_ context.Context, name string, data []byte) error {
 	if l.onPut != nil {
 		l.onPut(name, data)
 	}
-	l.derived[name] = data
+	l.objects[name] = data
 	return nil
 }
 
@@ -118,7 +119,7 @@ func TestAssembleReadsOnlyWhatIsNew(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Summary{Task: TaskAssemble, ThroughSeq: 15, ScannedThrough: 18, Turns: 3, LastTurnEnd: &TurnEnd{Seq: 15, Turn: 2, Reason: "aborted"}}
+	want := derived.Summary{Task: derived.TaskAssemble, ThroughSeq: 15, ScannedThrough: 18, Turns: 3, LastTurnEnd: &derived.TurnEnd{Seq: 15, Turn: 2, Reason: "aborted"}}
 	if !equalJSON(sum, want) {
 		t.Fatalf("first run: got %+v, want %+v", sum, want)
 	}
@@ -143,8 +144,8 @@ func TestAssembleReadsOnlyWhatIsNew(t *testing.T) {
 	if log.read != 6 {
 		t.Fatalf("second run read %d events, want the 6 of the turn that ended", log.read)
 	}
-	if _, ok := log.derived["assembly/00000000000000000016.json"]; !ok {
-		t.Fatalf("no assembly segment for the turn starting at seq 16; have %v", keys(log.derived))
+	if _, ok := log.objects["assembly/00000000000000000016.json"]; !ok {
+		t.Fatalf("no assembly segment for the turn starting at seq 16; have %v", keys(log.objects))
 	}
 }
 
@@ -166,7 +167,7 @@ func TestReplayInRunsMatchesAWholeReplay(t *testing.T) {
 	data := turnlogtest.Log(400, 3)
 	all := bytes.SplitAfter(data, []byte("\n"))
 	log := newMemLog(t, nil)
-	var runs []Summary
+	var runs []derived.Summary
 	for from := 0; from < len(all); {
 		to := min(from+97, len(all)) // cuts through turns
 		log.append(t, bytes.Join(all[from:to], nil))
@@ -203,7 +204,7 @@ func TestReplayInRunsMatchesAWholeReplay(t *testing.T) {
 // hosts read it.
 func storedTranscript(t *testing.T, log *memLog, target turnlog.Adapter) []replay.Message {
 	t.Helper()
-	tr, err := LoadTranscript(context.Background(), log, target)
+	tr, err := derived.LoadTranscript(context.Background(), log, target)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,17 +287,17 @@ func TestReplayReportsEachDegradedMessageOnce(t *testing.T) {
 }
 
 func TestSummaryFitsATerminationMessage(t *testing.T) {
-	sum := Summary{Task: TaskReplay, Replay: &ReplayCounts{DegradedSeqs: map[string][]int64{}}}
+	sum := derived.Summary{Task: derived.TaskReplay, Replay: &derived.ReplayCounts{DegradedSeqs: map[string][]int64{}}}
 	for i := range 100 {
-		sum.note(Diagnostic{Seq: int64(1e15 + i), Cause: "malformed", Message: strings.Repeat("é", 500)})
+		sum.Note(derived.Diagnostic{Seq: int64(1e15 + i), Cause: "malformed", Message: strings.Repeat("é", 500)})
 	}
 	for _, cause := range []string{"kind", "version", "malformed", "shape"} {
-		for i := range MaxSeqsPerCause {
+		for i := range derived.MaxSeqsPerCause {
 			sum.Replay.DegradedSeqs[cause] = append(sum.Replay.DegradedSeqs[cause], int64(1e15+i))
 		}
 	}
 	data, _ := json.Marshal(sum)
-	if len(data) > maxTerminationMessage || sum.NewTotal != 100 || len(sum.New) != MaxNewDiagnostics {
+	if len(data) > maxTerminationMessage || sum.NewTotal != 100 || len(sum.New) != derived.MaxNewDiagnostics {
 		t.Fatalf("summary of %d bytes, %d new of %d", len(data), len(sum.New), sum.NewTotal)
 	}
 }
@@ -343,7 +344,7 @@ type shortLog struct {
 	reads int64
 }
 
-func (l *shortLog) Events(ctx context.Context, from int64) (Events, error) {
+func (l *shortLog) Events(ctx context.Context, from int64) (derived.Events, error) {
 	return &memEvents{log: &memLog{events: l.events[:l.reads]}, next: from}, nil
 }
 
@@ -357,7 +358,7 @@ func TestAssembleRefusesShortRead(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "it ended at seq 4, before seq 21, its head when this run began") {
 		t.Fatalf("Assemble of a log that reads short = %v, want an error saying where it ended", err)
 	}
-	if _, ok := l.derived[assemblyCheckpoint]; ok {
+	if _, ok := l.objects[derived.AssemblyCheckpoint]; ok {
 		t.Fatal("a short read left an assembly checkpoint")
 	}
 }

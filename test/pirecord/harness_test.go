@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/turnlog/turnlog/agenthost"
+	"github.com/turnlog/turnlog/internal/derived"
 	"github.com/turnlog/turnlog/internal/pitest"
 	"github.com/turnlog/turnlog/internal/replay"
 	"github.com/turnlog/turnlog/internal/sessionlog"
@@ -564,7 +565,7 @@ func (s sessionRef) stored(t *testing.T, target agenthost.Adapter) agenthost.Tra
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := worker.Replay(ctx, worker.StoreLog{Log: l}, target); err != nil {
+	if _, err := worker.Replay(ctx, derived.StoreLog{Log: l}, target); err != nil {
 		t.Fatalf("replay: %v", err)
 	}
 	st, err := agenthost.OpenStore(ctx, s.gw.URL, &agenthost.StoreOptions{AccessKeyID: s.gw.AccessKey, SecretAccessKey: s.gw.SecretKey})

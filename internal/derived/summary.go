@@ -1,4 +1,4 @@
-package worker
+package derived
 
 import (
 	"context"
@@ -85,8 +85,8 @@ type ReplayCounts struct {
 	RunEdits       int64 `json:"runEdits,omitempty"`
 }
 
-// context is the replay.ContextInfo of the whole transcript.
-func (c *ReplayCounts) context() replay.ContextInfo {
+// Context is the replay.ContextInfo of the whole transcript.
+func (c *ReplayCounts) Context() replay.ContextInfo {
 	info := replay.ContextInfo{CompactionSeq: -1, Compactions: int(c.Compactions), Edits: int(c.Edits)}
 	if c.LastCompactionSeq != nil {
 		info.CompactionSeq = *c.LastCompactionSeq
@@ -103,16 +103,16 @@ type Diagnostic struct {
 	Message string `json:"message"`
 }
 
-// note records a new diagnostic, keeping the first MaxNewDiagnostics.
-func (s *Summary) note(d Diagnostic) {
+// Note records a new diagnostic, keeping the first MaxNewDiagnostics.
+func (s *Summary) Note(d Diagnostic) {
 	s.NewTotal++
 	if len(s.New) < MaxNewDiagnostics {
-		d.Message = truncate(d.Message, maxMessageBytes)
+		d.Message = Truncate(d.Message, maxMessageBytes)
 		s.New = append(s.New, d)
 	}
 }
 
-func truncate(s string, n int) string {
+func Truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
@@ -134,8 +134,8 @@ func loadJSON(ctx context.Context, log Log, name string, v any) (found bool, err
 	return loadJSONLimit(ctx, log, name, 0, v)
 }
 
-// loadCheckpoint reads a checkpoint into v.
-func loadCheckpoint(ctx context.Context, log Log, name string, v any) (found bool, err error) {
+// LoadCheckpoint reads a checkpoint into v.
+func LoadCheckpoint(ctx context.Context, log Log, name string, v any) (found bool, err error) {
 	return loadJSONLimit(ctx, log, name, maxCheckpointBytes, v)
 }
 
@@ -153,12 +153,12 @@ func loadJSONLimit(ctx context.Context, log Log, name string, limit int64, v any
 	return true, nil
 }
 
-// resumable reports whether a checkpoint load left a state a run can
+// Resumable reports whether a checkpoint load left a state a run can
 // resume from: nil when it did or when there was none; an error wrapping
 // ErrUnusable when the checkpoint is there but not believable, and the run
 // starts over instead. Any other error (the store failing) is returned as
 // it is and fails the run.
-func resumable(loadErr error, found bool, sum Summary, next, head int64) error {
+func Resumable(loadErr error, found bool, sum Summary, next, head int64) error {
 	switch {
 	case loadErr != nil:
 		return loadErr
@@ -173,7 +173,7 @@ func resumable(loadErr error, found bool, sum Summary, next, head int64) error {
 	return nil
 }
 
-func storeJSON(ctx context.Context, log Log, name string, v any) error {
+func StoreJSON(ctx context.Context, log Log, name string, v any) error {
 	data, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", name, err)
@@ -184,25 +184,25 @@ func storeJSON(ctx context.Context, log Log, name string, v any) error {
 	return nil
 }
 
-// segmentName names the derived object of the turns starting at seq from;
+// SegmentName names the derived object of the turns starting at seq from;
 // zero-padded so names sort in log order.
-func segmentName(dir string, from int64) string {
+func SegmentName(dir string, from int64) string {
 	return fmt.Sprintf("%s/%020d.json", dir, from)
 }
 
 // LoadAssembly returns the summary the last assembly run left; found is
 // false before the first run.
 func LoadAssembly(ctx context.Context, log Log) (sum Summary, found bool, err error) {
-	var state assemblyState
-	found, err = loadCheckpoint(ctx, log, assemblyCheckpoint, &state)
+	var state AssemblyState
+	found, err = LoadCheckpoint(ctx, log, AssemblyCheckpoint, &state)
 	return state.Summary, found, err
 }
 
 // LoadReplay returns the summary the last replay run for target left; found
 // is false before the first run.
 func LoadReplay(ctx context.Context, log Log, target turnlog.Adapter) (sum Summary, found bool, err error) {
-	var state replayState
-	found, err = loadReplayState(ctx, log, target, &state)
+	var state ReplayState
+	found, err = LoadReplayState(ctx, log, target, &state)
 	return state.Summary, found, err
 }
 

@@ -1,10 +1,12 @@
-package worker
+package derived
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/turnlog/turnlog/internal/turnlog"
 	"hash/crc32"
 	"slices"
 
@@ -27,11 +29,11 @@ import (
 // bucket can also write the checkpoint, and derived data cannot be made
 // proof against them (docs/security.md).
 
-// maxPartBytes caps the messages of one part: a run splits a bigger
+// MaxPartBytes caps the messages of one part: a run splits a bigger
 // transcript into several parts, and merging stops at it. Parts of a few
 // MiB keep every part far under sessionlog's cap on a derived object and
 // let a reader fetch a big transcript several parts at once.
-const maxPartBytes = 2 << 20
+const MaxPartBytes = 2 << 20
 
 // maxMessageLine is the largest message a part may hold: what a reader
 // accepts of a derived object, less room for the part's header.
@@ -39,14 +41,14 @@ const maxMessageLine = sessionlog.MaxDerivedBytes - 1<<20
 
 // maxParts caps how many parts a checkpoint lists, which keeps it under
 // the 64 KiB a checkpoint may have. Merging leaves parts of more than half
-// of maxPartBytes (two that fit together are merged) plus log2 of the
+// of MaxPartBytes (two that fit together are merged) plus log2 of the
 // rest, so this bounds a stored transcript to 0.8-1.6 GB, far beyond what
 // a model takes as context. A run that would list more fails, naming the
 // bound.
 const maxParts = 800
 
-// partRef is a stored part as the replay checkpoint lists it.
-type partRef struct {
+// PartRef is a stored part as the replay checkpoint lists it.
+type PartRef struct {
 	// Start is the index of the part's first message in the transcript.
 	Start int64 `json:"start"`
 	// Count is how many messages it holds.
@@ -57,16 +59,16 @@ type partRef struct {
 	CRC32C uint32 `json:"crc32c"`
 }
 
-// name is the part's object name: its message range, so a merged part
+// Name is the part's object name: its message range, so a merged part
 // never overwrites one that a reader holding an older checkpoint may still
 // be reading.
-func (r partRef) name(dir string) string {
+func (r PartRef) Name(dir string) string {
 	return fmt.Sprintf("%s/%020d-%020d.jsonl", dir, r.Start, r.Start+r.Count)
 }
 
 // checkParts reports whether refs can be a transcript's chain of parts:
 // starting at message 0, each starting where the previous one ends.
-func checkParts(refs []partRef) error {
+func checkParts(refs []PartRef) error {
 	if len(refs) > maxParts {
 		return fmt.Errorf("%d transcript parts listed, more than the %d a run leaves", len(refs), maxParts)
 	}
@@ -147,12 +149,12 @@ type part struct {
 	body []byte
 }
 
-func (p *part) ref() partRef {
-	return partRef{Start: p.header.Start, Count: int64(p.header.count()), Bytes: int64(len(p.body))}
+func (p *part) ref() PartRef {
+	return PartRef{Start: p.header.Start, Count: int64(p.header.count()), Bytes: int64(len(p.body))}
 }
 
 // newParts cuts a run's messages, the transcript's from message start on,
-// into parts of at most maxPartBytes of messages each (a bigger message
+// into parts of at most MaxPartBytes of messages each (a bigger message
 // gets a part of its own). Each diagnostic goes with the part holding the
 // message it is about; the order of both lists is kept.
 func newParts(start int64, msgs []replay.Message, diags []replay.Diagnostic) ([]*part, error) {
@@ -170,7 +172,7 @@ func newParts(start int64, msgs []replay.Message, diags []replay.Diagnostic) ([]
 			// fails, and says why.
 			return nil, fmt.Errorf("the message at seq %d is %d bytes as JSON, more than the %d a transcript part may hold", m.Seq, len(line), maxMessageLine)
 		}
-		if cur.header.count() > 0 && len(cur.body)+len(line)+1 > maxPartBytes {
+		if cur.header.count() > 0 && len(cur.body)+len(line)+1 > MaxPartBytes {
 			parts = append(parts, cur)
 			cur = &part{header: newHeader(start + int64(i))}
 		}
@@ -232,7 +234,7 @@ func (p *part) encode() ([]byte, error) {
 // CRC-32C, its header, and each message's length ending at a line's end.
 // It names the line of what is wrong. The messages are not decoded:
 // appendMessages hands out their bytes.
-func decodePart(data []byte, ref partRef) (*part, error) {
+func decodePart(data []byte, ref PartRef) (*part, error) {
 	if sum := crc32.Checksum(data, castagnoli); sum != ref.CRC32C {
 		return nil, fmt.Errorf("the object's CRC-32C is %08x, the checkpoint lists %08x: not the part the replay run wrote", sum, ref.CRC32C)
 	}
@@ -276,4 +278,117 @@ func (p *part) appendMessages(out []replay.Message) []replay.Message {
 		off += n + 1
 	}
 	return out
+}
+
+// ErrPartsLost: a part the checkpoint lists is gone or is not that part.
+var ErrPartsLost = errors.New("a stored transcript part is lost")
+
+// link is a part of the transcript's chain: a stored one (part nil) or one
+// this run made, which is to be written.
+type link struct {
+	ref  PartRef
+	part *part
+}
+
+// extendParts appends a run's messages to the chain of stored parts and
+// merges the tail as long as a part is no bigger than the one after it
+// (and the two fit in one part). Like a binary counter, that keeps a
+// Session replayed turn by turn to a few parts — about log2 of its
+// messages — and rewrites each message about log2 times in all, so a host
+// reading the transcript makes a handful of requests however often the
+// workers ran.
+func extendParts(ctx context.Context, log Log, dir string, stored []PartRef, msgs []replay.Message, diags []replay.Diagnostic) ([]link, error) {
+	chain := make([]link, 0, len(stored)+1)
+	start := int64(0)
+	for _, r := range stored {
+		chain = append(chain, link{ref: r})
+		start = r.Start + r.Count
+	}
+	fresh, err := newParts(start, msgs, diags)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range fresh {
+		chain = append(chain, link{ref: p.ref(), part: p})
+	}
+	if len(fresh) == 0 {
+		return chain, nil
+	}
+	for n := len(chain); n >= 2; n = len(chain) {
+		x, y := chain[n-2], chain[n-1]
+		if x.ref.Bytes > y.ref.Bytes || x.ref.Bytes+y.ref.Bytes > MaxPartBytes {
+			break
+		}
+		if x.part == nil {
+			name := x.ref.Name(dir)
+			data, err := log.GetDerived(ctx, name, 0)
+			if err != nil {
+				if errors.Is(err, ErrNotFound) || errors.Is(err, ErrUnusable) {
+					return nil, fmt.Errorf("%w: %w", ErrPartsLost, err)
+				}
+				return nil, fmt.Errorf("read %s: %w", name, err)
+			}
+			if x.part, err = decodePart(data, x.ref); err != nil {
+				return nil, fmt.Errorf("%w: read %s: %w", ErrPartsLost, name, err)
+			}
+		}
+		m := merge(x.part, y.part)
+		chain = append(chain[:n-2], link{ref: m.ref(), part: m})
+	}
+	if len(chain) > maxParts {
+		last := chain[len(chain)-1].ref
+		return nil, fmt.Errorf("the transcript would have %d messages in %d parts of up to %d bytes: more than the %d parts a stored transcript may have", last.Start+last.Count, len(chain), MaxPartBytes, maxParts)
+	}
+	return chain, nil
+}
+
+// deleteUnlisted deletes the parts the previous checkpoint listed and the
+// new one does not. A part that cannot be deleted is left: nothing reads
+// an unlisted part, and deleting the Session removes it.
+func deleteUnlisted(ctx context.Context, log Log, dir string, before, after []PartRef) {
+	listed := make(map[string]bool, len(after))
+	for _, r := range after {
+		listed[r.Name(dir)] = true
+	}
+	for _, r := range before {
+		if name := r.Name(dir); !listed[name] {
+			_ = log.DeleteDerived(ctx, name)
+		}
+	}
+}
+
+// AppendParts stores msgs, with the diagnostics diags of their messages,
+// as the transcript for target after the parts stored (none: a new
+// transcript), merging the last parts as extendParts does, and returns the
+// parts the checkpoint is to list. Nothing is listed until Commit.
+func AppendParts(ctx context.Context, log Log, target turnlog.Adapter, stored []PartRef, msgs []replay.Message, diags []replay.Diagnostic) ([]PartRef, error) {
+	dir := TranscriptDir(target)
+	chain, err := extendParts(ctx, log, dir, stored, msgs, diags)
+	if err != nil {
+		return nil, err
+	}
+	refs := make([]PartRef, 0, len(chain))
+	for _, l := range chain {
+		if l.part != nil {
+			data, err := l.part.encode()
+			if err != nil {
+				return nil, err
+			}
+			l.ref.CRC32C = crc32.Checksum(data, castagnoli)
+			if err := log.PutDerived(ctx, l.ref.Name(dir), data); err != nil {
+				return nil, fmt.Errorf("write %s: %w", l.ref.Name(dir), err)
+			}
+		}
+		refs = append(refs, l.ref)
+	}
+	return refs, nil
+}
+
+// MessageCount is how many messages the parts hold.
+func MessageCount(parts []PartRef) int64 {
+	if len(parts) == 0 {
+		return 0
+	}
+	last := parts[len(parts)-1]
+	return last.Start + last.Count
 }

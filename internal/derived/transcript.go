@@ -1,7 +1,9 @@
-package worker
+package derived
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 
@@ -10,6 +12,52 @@ import (
 	"github.com/turnlog/turnlog/internal/replay"
 	"github.com/turnlog/turnlog/internal/turnlog"
 )
+
+// TranscriptDir is where the transcript for target is kept. Each target has its
+// own, so a Session whose spec.adapter changes starts a new transcript and
+// never mixes messages replayed for two targets. ("transcript/", not the
+// "replay/" of releases whose parts were single JSON objects: those are not
+// read, and the workers replay such a Session again into the new form.) The
+// release line is part of the target: transcripts stored before targets had
+// one followed 0.73's rules, so every target hashes its line, an empty one
+// included, and such a Session is replayed again under its line's rules.
+func TranscriptDir(target turnlog.Adapter) string {
+	sum := sha256.Sum256([]byte(target.Kind + "\x00" + target.API + "\x00" + target.Provider + "\x00" + target.Model +
+		"\x00line=" + target.ReleaseLine))
+	return "transcript/" + hex.EncodeToString(sum[:8])
+}
+
+// ReplayCheckpoint names the checkpoint of the transcript for target.
+func ReplayCheckpoint(target turnlog.Adapter) string {
+	return TranscriptDir(target) + "/checkpoint.json"
+}
+
+// LoadReplayState reads the replay checkpoint for target into state: a
+// checkpoint whose list of parts cannot be a transcript's is unusable, like
+// one that does not decode.
+func LoadReplayState(ctx context.Context, log Log, target turnlog.Adapter, state *ReplayState) (found bool, err error) {
+	name := ReplayCheckpoint(target)
+	found, err = LoadCheckpoint(ctx, log, name, state)
+	if err == nil && found {
+		if perr := checkParts(state.Parts); perr != nil {
+			err = fmt.Errorf("read %s: %w: %w", name, ErrUnusable, perr)
+		}
+	}
+	return found, err
+}
+
+// ReplayState is the checkpoint replay resumes from.
+type ReplayState struct {
+	Summary Summary `json:"summary"`
+	// Next is the first seq after the last replayed turn/end.
+	Next int64 `json:"next"`
+	// Open are the tool calls of the transcript's last assistant message
+	// that the next turn may still answer. The transcript is the segments'
+	// messages followed by Open.Tail().
+	Open replay.OpenCalls `json:"open,omitzero"`
+	// Parts are the stored parts of the transcript, in order.
+	Parts []PartRef `json:"parts,omitempty"`
+}
 
 // Transcript is a replayed transcript with the diagnostics of its degraded
 // messages: what `turnlog replay` prints for a log file, and what each replay
@@ -65,13 +113,13 @@ const loadAttempts = 3
 const loadParallel = 8
 
 // readParts reads and checks the parts refs lists, several at once.
-func readParts(ctx context.Context, log Log, dir string, refs []partRef) ([]*part, error) {
+func readParts(ctx context.Context, log Log, dir string, refs []PartRef) ([]*part, error) {
 	parts := make([]*part, len(refs))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(loadParallel)
 	for i, ref := range refs {
 		g.Go(func() error {
-			name := ref.name(dir)
+			name := ref.Name(dir)
 			data, err := log.GetDerived(gctx, name, 0)
 			if err != nil {
 				return fmt.Errorf("read %s: %w", name, err)
@@ -89,9 +137,9 @@ func readParts(ctx context.Context, log Log, dir string, refs []partRef) ([]*par
 }
 
 func loadTranscript(ctx context.Context, log Log, target turnlog.Adapter) (Transcript, error) {
-	dir := replayDir(target)
-	var state replayState
-	found, err := loadReplayState(ctx, log, target, &state)
+	dir := TranscriptDir(target)
+	var state ReplayState
+	found, err := LoadReplayState(ctx, log, target, &state)
 	if err != nil {
 		return Transcript{}, err
 	}
@@ -99,7 +147,7 @@ func loadTranscript(ctx context.Context, log Log, target turnlog.Adapter) (Trans
 		return Transcript{}, &NotReplayedError{Want: -1, Through: -1}
 	}
 	if state.Summary.Replay == nil {
-		return Transcript{}, fmt.Errorf("read %s: %w: no replay counts", replayCheckpoint(target), ErrUnusable)
+		return Transcript{}, fmt.Errorf("read %s: %w: no replay counts", ReplayCheckpoint(target), ErrUnusable)
 	}
 	parts, err := readParts(ctx, log, dir, state.Parts)
 	if err != nil {
@@ -110,7 +158,7 @@ func loadTranscript(ctx context.Context, log Log, target turnlog.Adapter) (Trans
 		Result: replay.Result{
 			ThroughSeq: state.Next - 1,
 			Counts:     replay.Counts{Native: int(c.Native), Foreign: int(c.Foreign), Degraded: int(c.Degraded), OrphanToolResults: int(c.OrphanToolResults)},
-			Context:    c.context(),
+			Context:    c.Context(),
 		},
 	}
 	messages, diagnostics := 0, 0
@@ -129,4 +177,34 @@ func loadTranscript(ctx context.Context, log Log, target turnlog.Adapter) (Trans
 	}
 	out.Messages = append(out.Messages, unanswered...)
 	return out, nil
+}
+
+// ReadParts returns the messages and the diagnostics that the stored parts
+// refs of the transcript for target hold, in order: what a replay run that
+// rebuilds the transcript (after a compaction or a context edit) starts
+// from.
+func ReadParts(ctx context.Context, log Log, target turnlog.Adapter, refs []PartRef) ([]replay.Message, []replay.Diagnostic, error) {
+	parts, err := readParts(ctx, log, TranscriptDir(target), refs)
+	if err != nil {
+		return nil, nil, err
+	}
+	var msgs []replay.Message
+	var diags []replay.Diagnostic
+	for _, p := range parts {
+		msgs = p.appendMessages(msgs)
+		diags = append(diags, p.header.Diagnostics...)
+	}
+	return msgs, diags, nil
+}
+
+// Commit stores s as the checkpoint of the transcript for target, then
+// deletes the parts listed (what the previous checkpoint listed) that s no
+// longer lists. Only then: a reader that read the previous checkpoint and
+// misses one of them reads the new one.
+func (s *ReplayState) Commit(ctx context.Context, log Log, target turnlog.Adapter, listed []PartRef) error {
+	if err := StoreJSON(ctx, log, ReplayCheckpoint(target), s); err != nil {
+		return err
+	}
+	deleteUnlisted(ctx, log, TranscriptDir(target), listed, s.Parts)
+	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/turnlog/turnlog/internal/derived"
 	"hash/crc32"
 	"math/bits"
 	"regexp"
@@ -19,7 +20,7 @@ import (
 )
 
 // wholeReplay is what `turnlog replay` gives for the log through its head.
-func wholeReplay(t *testing.T, data []byte) Transcript {
+func wholeReplay(t *testing.T, data []byte) derived.Transcript {
 	t.Helper()
 	var diags []replay.Diagnostic
 	res, err := replay.Transcript(turnlog.NewReader(bytes.NewReader(data)), replay.Options{Through: replay.Head,
@@ -30,14 +31,14 @@ func wholeReplay(t *testing.T, data []byte) Transcript {
 	if diags == nil {
 		diags = []replay.Diagnostic{}
 	}
-	return Transcript{Result: res, Diagnostics: diags}
+	return derived.Transcript{Result: res, Diagnostics: diags}
 }
 
 // partsOf lists the transcript objects stored for target, checkpoint aside.
 func partsOf(log *memLog, target turnlog.Adapter) []string {
 	var names []string
-	for _, k := range keys(log.derived) {
-		if strings.HasPrefix(k, replayDir(target)+"/") && k != replayCheckpoint(target) {
+	for _, k := range keys(log.objects) {
+		if strings.HasPrefix(k, derived.TranscriptDir(target)+"/") && k != derived.ReplayCheckpoint(target) {
 			names = append(names, k)
 		}
 	}
@@ -74,12 +75,12 @@ func TestTranscriptOfARunPerTurnStaysInFewParts(t *testing.T) {
 			t.Fatal(err)
 		}
 		runs++
-		tr, err := LoadTranscript(ctx, log, turnlog.Adapter{})
+		tr, err := derived.LoadTranscript(ctx, log, turnlog.Adapter{})
 		if err != nil {
 			t.Fatalf("after the run through line %d: %v", i+1, err)
 		}
-		var state replayState
-		if err := json.Unmarshal(log.derived[replayCheckpoint(turnlog.Adapter{})], &state); err != nil {
+		var state derived.ReplayState
+		if err := json.Unmarshal(log.objects[derived.ReplayCheckpoint(turnlog.Adapter{})], &state); err != nil {
 			t.Fatal(err)
 		}
 		if limit := bits.Len(uint(len(tr.Messages))) + 1; len(state.Parts) > limit {
@@ -95,7 +96,7 @@ func TestTranscriptOfARunPerTurnStaysInFewParts(t *testing.T) {
 			}
 		}
 	}
-	tr, err := LoadTranscript(ctx, log, turnlog.Adapter{})
+	tr, err := derived.LoadTranscript(ctx, log, turnlog.Adapter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +105,7 @@ func TestTranscriptOfARunPerTurnStaysInFewParts(t *testing.T) {
 	}
 	stored := 0
 	for _, name := range partsOf(log, turnlog.Adapter{}) {
-		stored += len(log.derived[name])
+		stored += len(log.objects[name])
 	}
 	if limit := stored * (bits.Len(uint(len(tr.Messages))) + 2); written > limit {
 		t.Fatalf("%d runs wrote %d bytes of parts for a transcript of %d bytes, want at most %d", runs, written, stored, limit)
@@ -123,14 +124,14 @@ func TestALargeRunIsSplitIntoParts(t *testing.T) {
 	}
 	names := partsOf(log, turnlog.Adapter{})
 	if len(names) < 2 {
-		t.Fatalf("%d parts for a %d-byte log, want it split (at %d bytes)", len(names), len(data), maxPartBytes)
+		t.Fatalf("%d parts for a %d-byte log, want it split (at %d bytes)", len(names), len(data), derived.MaxPartBytes)
 	}
 	for _, name := range names {
-		if n := len(log.derived[name]); n > maxPartBytes+maxPartBytes/4 {
-			t.Errorf("%s is %d bytes, over the bound of %d (+ header)", name, n, maxPartBytes)
+		if n := len(log.objects[name]); n > derived.MaxPartBytes+derived.MaxPartBytes/4 {
+			t.Errorf("%s is %d bytes, over the bound of %d (+ header)", name, n, derived.MaxPartBytes)
 		}
 	}
-	tr, err := LoadTranscript(ctx, log, turnlog.Adapter{})
+	tr, err := derived.LoadTranscript(ctx, log, turnlog.Adapter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,19 +178,19 @@ func TestABadPartIsRefused(t *testing.T) {
 			if len(names) != 1 {
 				t.Fatalf("%d parts, want 1", len(names))
 			}
-			bad := c.corrupt(log.derived[names[0]])
-			log.derived[names[0]] = bad
+			bad := c.corrupt(log.objects[names[0]])
+			log.objects[names[0]] = bad
 			if c.fixCRC {
-				name := replayCheckpoint(turnlog.Adapter{})
-				var state replayState
-				if err := json.Unmarshal(log.derived[name], &state); err != nil {
+				name := derived.ReplayCheckpoint(turnlog.Adapter{})
+				var state derived.ReplayState
+				if err := json.Unmarshal(log.objects[name], &state); err != nil {
 					t.Fatal(err)
 				}
-				state.Parts[0].CRC32C = crc32.Checksum(bad, castagnoli)
-				log.derived[name], _ = json.Marshal(state)
+				state.Parts[0].CRC32C = crc32.Checksum(bad, crc32.MakeTable(crc32.Castagnoli))
+				log.objects[name], _ = json.Marshal(state)
 			}
-			_, err := LoadTranscript(ctx, log, turnlog.Adapter{})
-			if !errors.Is(err, ErrUnusable) || !strings.Contains(err.Error(), names[0]) || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
+			_, err := derived.LoadTranscript(ctx, log, turnlog.Adapter{})
+			if !errors.Is(err, derived.ErrUnusable) || !strings.Contains(err.Error(), names[0]) || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
 				t.Fatalf("LoadTranscript of a part %s = %v; want one line naming %s and %q", c.name, err, names[0], c.want)
 			}
 			// The next run's part is bigger than the bad one, so the run
@@ -199,7 +200,7 @@ func TestABadPartIsRefused(t *testing.T) {
 			if _, err := Replay(ctx, log, turnlog.Adapter{}); err != nil {
 				t.Fatalf("a run over a bad part: %v", err)
 			}
-			tr, err := LoadTranscript(ctx, log, turnlog.Adapter{})
+			tr, err := derived.LoadTranscript(ctx, log, turnlog.Adapter{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -243,7 +244,7 @@ func TestReadingWhileARunMergesParts(t *testing.T) {
 			t.Errorf("%d parts after the merging run", n)
 		}
 	}
-	tr, err := LoadTranscript(ctx, log, turnlog.Adapter{})
+	tr, err := derived.LoadTranscript(ctx, log, turnlog.Adapter{})
 	if err != nil {
 		t.Fatalf("LoadTranscript while a run merged: %v", err)
 	}
@@ -252,7 +253,7 @@ func TestReadingWhileARunMergesParts(t *testing.T) {
 	}
 }
 
-// hookLog serialises a memLog's reads, which LoadTranscript makes at once,
+// hookLog serialises a memLog's reads, which derived.LoadTranscript makes at once,
 // and calls beforeGet before each.
 type hookLog struct {
 	*memLog
@@ -265,46 +266,6 @@ func (l *hookLog) GetDerived(ctx context.Context, name string, limit int64) ([]b
 	defer l.mu.Unlock()
 	l.beforeGet(name)
 	return l.memLog.GetDerived(ctx, name, limit)
-}
-
-// decodePart never panics, and hands out exactly the lines the header
-// lists.
-func FuzzDecodePart(f *testing.F) {
-	msgs := []replay.Message{
-		{Seq: 2, Role: "user", Message: json.RawMessage(`{"role":"user","content":"hi"}`)},
-		{Seq: 7, Role: "assistant", Replay: replay.Native, Message: json.RawMessage(`{"role":"assistant","content":[{"type":"text","text":"a\u2028b"}]}`)},
-	}
-	parts, err := newParts(3, msgs, []replay.Diagnostic{{Code: "REPLAY_DEGRADED", Seq: 7, Cause: "kind", Message: "x"}})
-	if err != nil {
-		f.Fatal(err)
-	}
-	good, err := parts[0].encode()
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Add(good)
-	f.Add(regexp.MustCompile(`"bytes":\[\d+`).ReplaceAll(good, []byte(`"bytes":[31`)))
-	f.Add([]byte("{\"start\":0,\"seqs\":[0],\"roles\":[\"\"],\"replay\":[\"\"],\"synthetic\":[false],\"bytes\":[1]}\n1\n"))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		var h partHeader
-		line, body, _ := bytes.Cut(data, []byte{'\n'})
-		if json.Unmarshal(line, &h) != nil {
-			h = partHeader{}
-		}
-		p, err := decodePart(data, partRef{Start: h.Start, Count: int64(len(h.Seqs)), Bytes: int64(len(body)), CRC32C: crc32.Checksum(data, castagnoli)})
-		if err != nil {
-			return
-		}
-		msgs := p.appendMessages(nil)
-		if len(msgs) != len(h.Seqs) {
-			t.Fatalf("%d messages handed out, the header lists %d", len(msgs), len(h.Seqs))
-		}
-		for i, m := range msgs {
-			if len(m.Message) != h.Bytes[i] || bytes.IndexByte(m.Message, '\n') >= 0 {
-				t.Fatalf("message %d handed out as %q, the header gives it %d bytes", i, m.Message, h.Bytes[i])
-			}
-		}
-	})
 }
 
 func countLines(data []byte) int { return bytes.Count(data, []byte("\n")) }
