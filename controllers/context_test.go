@@ -104,6 +104,26 @@ var _ = Describe("Long sessions", Ordered, func() {
 		Expect(getSession(ns, "long")(Default).Status.Replay.ContextMessages).To(Equal(int64(9)))
 	})
 
+	It("reports a context edit it cannot apply in its own status field and Event, not as a degraded message", func() {
+		log := append(logLines(compactedLog(), 10), []byte(`{"seq":10,"type":"context/edit","targetSeq":4,"replacement":{"content":[1]}}`+"\n")...)
+		_, _, err := sio.Import(ctx, ns, "bad-edit", bytes.NewReader(log))
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(func(g Gomega) {
+			s := getSession(ns, "bad-edit")(g)
+			g.Expect(s.Status.Replay).NotTo(BeNil())
+			g.Expect(s.Status.Replay.ThroughSeq).To(Equal(int64(10)))
+			g.Expect(s.Status.Replay.ContextEventsNotApplied).To(Equal(int64(1)))
+			g.Expect(s.Status.Replay.ContextEventSeqs).To(Equal([]int64{10}))
+			g.Expect(s.Status.Replay.Degraded).To(BeZero())
+			g.Expect(s.Status.Replay.DegradedSeqs).To(BeZero())
+		}).Should(Succeed())
+		Expect(roles("bad-edit")).To(Equal("1:system 3:user 4:assistant 7:user 8:assistant"))
+		Eventually(sessionEvents(ns, "bad-edit", turnlogv1.EventContextEventNotApplied)).Should(ConsistOf(
+			HaveField("Note", And(HavePrefix("context event at seq 10 not applied for pi-ai anthropic-messages/anthropic/claude-sonnet-4-5: the edit of seq 4 cannot be applied: "),
+				HaveSuffix("; seq 4 is replayed as it was")))))
+		Consistently(sessionEvents(ns, "bad-edit", turnlogv1.EventReplayDegraded), "2s").Should(BeEmpty())
+	})
+
 	It("forks before a compaction into an uncompacted child, and after it into a compacted one with the system prompt in force", func() {
 		for _, tt := range []struct{ name, at, want string }{
 			{"long-before", "10", "1:system 3:user 4:assistant 7:user 8:assistant 11:user 12:assistant"},

@@ -11,6 +11,7 @@ import (
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/internal/assembler"
 	"github.com/turnlog/turnlog/internal/derived"
+	"github.com/turnlog/turnlog/internal/replay"
 )
 
 // maxNote is the longest Event note the events.k8s.io API accepts.
@@ -69,12 +70,17 @@ func (r *SessionReconciler) replayEvents(session *turnlogv1.Session, rep *derive
 	adapter := fmt.Sprintf("%s %s/%s/%s", c.Target.Kind, c.Target.API, c.Target.Provider, c.Target.Model)
 	listed, total := boundedNew(rep)
 	for _, d := range listed {
+		if d.Code == replay.CodeInvalidContextEvent {
+			r.Recorder.Eventf(messageRef(session, d.Seq), nil, "Warning", turnlogv1.EventContextEventNotApplied, "Replay", "%s",
+				truncate(fmt.Sprintf("context event at seq %d not applied for %s: %s", d.Seq, adapter, d.Message), maxNote))
+			continue
+		}
 		r.Recorder.Eventf(messageRef(session, d.Seq), nil, "Warning", turnlogv1.EventReplayDegraded, "Replay", "%s",
 			truncate(fmt.Sprintf("seq %d replayed provider-neutral for %s: cause %s: %s", d.Seq, adapter, d.Cause, d.Message), maxNote))
 	}
 	if rest := total - int64(len(listed)); rest > 0 {
 		r.Recorder.Eventf(session, nil, "Warning", turnlogv1.EventReplayDegraded, "Replay",
-			"%d more messages degraded in this replay run (%d in all, not listed as Events); status.replay.degradedSeqs lists them by cause", rest, total)
+			"%d more problems in this replay run (%d in all, not listed as Events): status.replay.degradedSeqs lists the degraded messages by cause, status.replay.contextEventSeqs the context events not applied", rest, total)
 	}
 	if c.RunCompactions > 0 && c.LastCompactionSeq != nil {
 		r.Recorder.Eventf(messageRef(session, *c.LastCompactionSeq), nil, "Normal", turnlogv1.EventContextCompacted, "Replay",

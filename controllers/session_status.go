@@ -60,6 +60,7 @@ func (r *SessionReconciler) applyReplay(s *sessionScope) {
 		OrphanToolResults: c.OrphanToolResults,
 		ContextMessages:   c.ContextMessages, LastCompactionSeq: c.LastCompactionSeq,
 		Compactions: c.Compactions, ContextEdits: c.Edits,
+		ContextEventsNotApplied: c.ContextEventsNotApplied, ContextEventSeqs: capSeqs(c.ContextEventSeqs),
 		DegradedSeqs: turnlogv1.DegradedSeqs{
 			Kind:      capSeqs(c.DegradedSeqs["kind"]),
 			Version:   capSeqs(c.DegradedSeqs["version"]),

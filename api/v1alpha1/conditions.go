@@ -141,6 +141,11 @@ const (
 	// EventContextEdited (Normal, on the Session): a replay run applied
 	// context edits to earlier messages.
 	EventContextEdited = "ContextEdited"
+	// EventContextEventNotApplied (Warning, on the event's seq): replay
+	// could not apply a context event (an edit whose replacement does not
+	// fit the message, say); the note says what could not be applied and
+	// what replay did instead.
+	EventContextEventNotApplied = "ContextEventNotApplied"
 	// EventWorkerFailed (Warning, on the Session): a worker run failed.
 	EventWorkerFailed = "WorkerFailed"
 	// EventWorkerFailedPermanently (Warning, on the Session): a worker run

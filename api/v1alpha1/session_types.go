@@ -186,6 +186,17 @@ type ReplaySummary struct {
 	// DegradedSeqs lists the degraded messages by cause (capped).
 	// +optional
 	DegradedSeqs DegradedSeqs `json:"degradedSeqs,omitempty"`
+	// ContextEventsNotApplied counts the context events (compactions,
+	// context edits, inserted context) replay could not apply: the
+	// transcript goes on as if they were not there, and a
+	// ContextEventNotApplied Event says what replay did instead. They are
+	// not degraded messages.
+	// +optional
+	ContextEventsNotApplied int64 `json:"contextEventsNotApplied,omitempty"`
+	// ContextEventSeqs lists the seqs of those events (capped).
+	// +kubebuilder:validation:MaxItems=20
+	// +optional
+	ContextEventSeqs []int64 `json:"contextEventSeqs,omitempty"`
 	// ContextMessages is how many messages the stored transcript holds:
 	// what the next request is built from, which after a compaction is
 	// less than the log's history.

@@ -101,6 +101,11 @@ func (in *ReplaySummary) DeepCopyInto(out *ReplaySummary) {
 	*out = *in
 	out.Adapter = in.Adapter
 	in.DegradedSeqs.DeepCopyInto(&out.DegradedSeqs)
+	if in.ContextEventSeqs != nil {
+		in, out := &in.ContextEventSeqs, &out.ContextEventSeqs
+		*out = make([]int64, len(*in))
+		copy(*out, *in)
+	}
 	if in.LastCompactionSeq != nil {
 		in, out := &in.LastCompactionSeq, &out.LastCompactionSeq
 		*out = new(int64)

@@ -79,7 +79,7 @@ func runReplay(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	opts := replay.Options{
 		Target:    target,
 		Through:   *through,
-		OnDegrade: func(d replay.Diagnostic) { out.Diagnostics = append(out.Diagnostics, d) },
+		OnDiagnostic: func(d replay.Diagnostic) { out.Diagnostics = append(out.Diagnostics, d) },
 	}
 	if opts.Through < 0 {
 		opts.Through = replay.Head

@@ -72,6 +72,11 @@ type ReplayCounts struct {
 	// DegradedSeqs lists degraded messages by cause, the first
 	// MaxSeqsPerCause of each.
 	DegradedSeqs map[string][]int64 `json:"degradedSeqs,omitempty"`
+	// ContextEventsNotApplied counts the context events replay could not
+	// apply (replay.CodeInvalidContextEvent); ContextEventSeqs lists the
+	// first MaxSeqsPerCause of them. They are not degraded messages.
+	ContextEventsNotApplied int64   `json:"contextEventsNotApplied,omitempty"`
+	ContextEventSeqs        []int64 `json:"contextEventSeqs,omitempty"`
 	// ContextMessages is how many messages the stored transcript holds:
 	// what the next request is built from.
 	ContextMessages int64 `json:"contextMessages"`
@@ -94,12 +99,15 @@ func (c *ReplayCounts) Context() replay.ContextInfo {
 	return info
 }
 
-// Diagnostic is one problem with one message of the log.
+// Diagnostic is one problem with one event of the log.
 type Diagnostic struct {
 	Seq int64 `json:"seq"`
-	// Cause is the degrade cause (kind, version, malformed, shape) or, for
-	// assembly, the diagnostic code.
-	Cause   string `json:"cause"`
+	// Code is replay's diagnostic code (replay.CodeInvalidReplayState,
+	// replay.CodeInvalidContextEvent); empty for assembly.
+	Code string `json:"code,omitempty"`
+	// Cause is the degrade cause (kind, version, malformed, shape) of a
+	// degraded message or, for assembly, the diagnostic code.
+	Cause   string `json:"cause,omitempty"`
 	Message string `json:"message"`
 }
 
@@ -242,6 +250,14 @@ func (s Summary) Check(head int64) error {
 	if c := s.Replay; c != nil {
 		if c.Native < 0 || c.Foreign < 0 || c.Degraded < 0 || c.Degraded > c.Native+c.Foreign || c.Native+c.Foreign > s.ThroughSeq+1 {
 			return bad("%d native, %d foreign and %d degraded messages through seq %d", c.Native, c.Foreign, c.Degraded, s.ThroughSeq)
+		}
+		if c.ContextEventsNotApplied < int64(len(c.ContextEventSeqs)) || len(c.ContextEventSeqs) > MaxSeqsPerCause {
+			return bad("%d context events listed of %d not applied (at most %d are listed)", len(c.ContextEventSeqs), c.ContextEventsNotApplied, MaxSeqsPerCause)
+		}
+		for _, seq := range c.ContextEventSeqs {
+			if seq < 0 || seq > s.ThroughSeq {
+				return bad("context event seq %d", seq)
+			}
 		}
 		for cause, seqs := range c.DegradedSeqs {
 			if len(seqs) > MaxSeqsPerCause {

@@ -186,8 +186,8 @@ func (b *Builder) applyEdit(it turnItem) {
 		}
 		edited, err := b.replaceContent(m, *replacement)
 		if err != nil {
-			b.diagnose(Diagnostic{Code: CodeInvalidContextEvent, Seq: it.seq, Cause: CauseMalformed,
-				Message: fmt.Sprintf("the edit of seq %d: %v; the message is replayed unchanged", target, err)})
+			b.diagnose(Diagnostic{Code: CodeInvalidContextEvent, Seq: it.seq,
+				Message: fmt.Sprintf("the edit of seq %d cannot be applied: %v; seq %d is replayed as it was", target, err, target)})
 			edited = m
 		}
 		out = append(out, edited)
@@ -199,9 +199,10 @@ func (b *Builder) applyEdit(it turnItem) {
 	b.result.Context.Edits++
 }
 
+// diagnose reports a diagnostic through the one hook.
 func (b *Builder) diagnose(d Diagnostic) {
-	if b.opts.OnDegrade != nil {
-		b.opts.OnDegrade(d)
+	if b.opts.OnDiagnostic != nil {
+		b.opts.OnDiagnostic(d)
 	}
 }
 

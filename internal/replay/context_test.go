@@ -92,6 +92,28 @@ func TestContextEdits(t *testing.T) {
 	}
 }
 
+// An edit replay cannot apply is reported as what it is: a context event
+// not applied (its own code, no degrade cause), the message replayed as it
+// was, and no degraded message counted.
+func TestAnEditThatCannotBeApplied(t *testing.T) {
+	log := strings.Join(strings.SplitAfter(contextLog, "\n")[:8], "") +
+		`{"seq":8,"type":"context/edit","targetSeq":6,"replacement":{"content":[1]}}` + "\n"
+	res, diags := run(t, log, replay.Options{})
+	if got := summary(res); got != "1:system 3:user 4:assistant/foreign 5:toolResult 6:assistant/foreign" {
+		t.Errorf("transcript %s: want the edited message as it was", got)
+	}
+	if !strings.Contains(string(res.Messages[len(res.Messages)-1].Message), `"text":"a1"`) {
+		t.Errorf("seq 6 is %s, want its own text", res.Messages[len(res.Messages)-1].Message)
+	}
+	if len(diags) != 1 || diags[0].Code != replay.CodeInvalidContextEvent || diags[0].Seq != 8 || diags[0].Cause != "" ||
+		!strings.Contains(diags[0].Message, "the edit of seq 6 cannot be applied") || !strings.Contains(diags[0].Message, "seq 6 is replayed as it was") {
+		t.Errorf("diagnostics %+v, want one INVALID_CONTEXT_EVENT for seq 8 saying what was not applied and what replay did", diags)
+	}
+	if res.Counts.Degraded != 0 {
+		t.Errorf("counts %+v: want no degraded message", res.Counts)
+	}
+}
+
 // An edit of a message a compaction summarized changes nothing, as in
 // pi-coding-agent: the message is no longer in the context.
 func TestEditOfASummarizedMessage(t *testing.T) {

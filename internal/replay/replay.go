@@ -18,7 +18,7 @@
 // pi-coding-agent store messages — and it came from the target's provider,
 // api and model; otherwise it is replayed foreign, with pi-ai's cross-model
 // conversion. An envelope that cannot be used degrades that one message to
-// foreign and is reported through Options.OnDegrade; replay never fails a
+// foreign and is reported through Options.OnDiagnostic; replay never fails a
 // session for it. Envelopes are checked on every assistant message that has
 // one, whichever model wrote it, so a session's diagnostics list every
 // message whose metadata is lost, not only those the current target would
@@ -75,7 +75,10 @@ const (
 // CodeInvalidReplayState is the diagnostic code of a degraded message.
 const CodeInvalidReplayState = "INVALID_REPLAY_STATE"
 
-// Diagnostic reports a message degraded to foreign. Seq is the message's seq.
+// Diagnostic reports what replay could not use as the log has it, by
+// Code: a message degraded to foreign (CodeInvalidReplayState, with the
+// Cause and the message's Seq), or a context event replay could not apply
+// (CodeInvalidContextEvent, no Cause, the event's Seq).
 type Diagnostic struct {
 	Code    string `json:"code"`
 	Seq     int64  `json:"seq"`
@@ -92,8 +95,8 @@ type Options struct {
 	Target turnlog.Adapter
 	// Through is the last seq replayed; Head for the whole log.
 	Through int64
-	// OnDegrade, if set, receives every INVALID_REPLAY_STATE diagnostic.
-	OnDegrade func(Diagnostic)
+	// OnDiagnostic, if set, receives every diagnostic, each with its code.
+	OnDiagnostic func(Diagnostic)
 	// Open resumes a replay at a turn boundary: the tool calls a previous
 	// replay of the log up to there left open (Builder.Checkpoint).
 	Open OpenCalls
@@ -554,10 +557,7 @@ func (b *Builder) convert(seq int64, m turnlog.AssistantMessage) (turnlog.Assist
 	env, cause, why := inspect(m.ReplayState, m.Content, kind)
 	if cause != "" {
 		b.result.Counts.Degraded++
-		if b.opts.OnDegrade != nil {
-			b.opts.OnDegrade(Diagnostic{Code: CodeInvalidReplayState, Seq: seq, Cause: cause,
-				Message: why + "; replayed provider-neutral"})
-		}
+		b.diagnose(Diagnostic{Code: CodeInvalidReplayState, Seq: seq, Cause: cause, Message: why + "; replayed provider-neutral"})
 		return b.foreign(m), Foreign
 	}
 	if !m.Adapter().SameModel(b.target) {

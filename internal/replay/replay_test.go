@@ -53,7 +53,7 @@ func toolResult(turn int, id string) string {
 func run(t *testing.T, log string, opts replay.Options) (replay.Result, []replay.Diagnostic) {
 	t.Helper()
 	var diags []replay.Diagnostic
-	opts.OnDegrade = func(d replay.Diagnostic) { diags = append(diags, d) }
+	opts.OnDiagnostic = func(d replay.Diagnostic) { diags = append(diags, d) }
 	if opts.Through == 0 {
 		opts.Through = replay.Head
 	}

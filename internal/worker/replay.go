@@ -126,10 +126,10 @@ type replayPass struct {
 	counts derived.ReplayCounts
 	// b builds the pass's messages, made when the first event settles.
 	b *replay.Builder
-	// degraded are the degraded messages the builder reported;
-	// priorDiags the diagnostics of the stored parts, when the builder
-	// asked for them to rebuild the transcript.
-	degraded, priorDiags []replay.Diagnostic
+	// diags are the diagnostics the builder reported; priorDiags those of
+	// the stored parts, when the builder asked for them to rebuild the
+	// transcript.
+	diags, priorDiags []replay.Diagnostic
 }
 
 // pass takes in events until the log ends or, at a point where no turn is
@@ -140,6 +140,7 @@ type replayPass struct {
 func (r *replayRunner) pass() (more bool, err error) {
 	p := &replayPass{stored: r.state.Parts, counts: *r.sum.Replay}
 	p.counts.DegradedSeqs = cloneSeqs(p.counts.DegradedSeqs)
+	p.counts.ContextEventSeqs = slices.Clone(p.counts.ContextEventSeqs)
 	more, err = r.takeIn(p)
 	if err != nil || p.b == nil {
 		return false, err // an error, or no turn ended since the last run
@@ -164,7 +165,7 @@ func (r *replayRunner) builder(p *replayPass) *replay.Builder {
 		}
 	}
 	p.b = replay.NewBuilder(replay.Options{Target: p.counts.Target, Through: replay.Head, Open: r.state.Open, Prior: prior,
-		OnDegrade: func(d replay.Diagnostic) { p.degraded = append(p.degraded, d) }})
+		OnDiagnostic: func(d replay.Diagnostic) { p.diags = append(p.diags, d) }})
 	return p.b
 }
 
@@ -231,9 +232,9 @@ func (r *replayRunner) commit(p *replayPass) error {
 	res, open := p.b.Checkpoint()
 	r.state.Open = open
 	r.foldCounts(p, res)
-	partDiags, stored := p.degraded, p.stored
+	partDiags, stored := p.diags, p.stored
 	if res.Rebuilt {
-		stored, partDiags = nil, slices.Concat(p.priorDiags, p.degraded)
+		stored, partDiags = nil, slices.Concat(p.priorDiags, p.diags)
 	}
 	parts, err := derived.AppendParts(r.ctx, r.log, r.target, stored, res.Messages, partDiags)
 	if err != nil {
@@ -257,15 +258,23 @@ func (r *replayRunner) foldCounts(p *replayPass, res replay.Result) {
 	c.Foreign += int64(res.Counts.Foreign)
 	c.Degraded += int64(res.Counts.Degraded)
 	c.OrphanToolResults += int64(res.Counts.OrphanToolResults)
-	for _, d := range p.degraded {
+	for _, d := range p.diags {
 		cause := string(d.Cause)
-		if len(c.DegradedSeqs[cause]) < derived.MaxSeqsPerCause {
-			if c.DegradedSeqs == nil {
-				c.DegradedSeqs = map[string][]int64{}
+		switch d.Code {
+		case replay.CodeInvalidContextEvent:
+			c.ContextEventsNotApplied++
+			if len(c.ContextEventSeqs) < derived.MaxSeqsPerCause {
+				c.ContextEventSeqs = append(c.ContextEventSeqs, d.Seq)
 			}
-			c.DegradedSeqs[cause] = append(c.DegradedSeqs[cause], d.Seq)
+		default: // replay.CodeInvalidReplayState: a degraded message
+			if len(c.DegradedSeqs[cause]) < derived.MaxSeqsPerCause {
+				if c.DegradedSeqs == nil {
+					c.DegradedSeqs = map[string][]int64{}
+				}
+				c.DegradedSeqs[cause] = append(c.DegradedSeqs[cause], d.Seq)
+			}
 		}
-		r.sum.Note(derived.Diagnostic{Seq: d.Seq, Cause: cause, Message: d.Message})
+		r.sum.Note(derived.Diagnostic{Seq: d.Seq, Code: d.Code, Cause: cause, Message: d.Message})
 	}
 	c.RunCompactions, c.RunEdits = int64(res.Context.Compactions), int64(res.Context.Edits)
 	c.Compactions += c.RunCompactions
