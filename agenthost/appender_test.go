@@ -12,7 +12,7 @@ import (
 
 	"github.com/turnlog/turnlog/internal/sessionlog"
 	"github.com/turnlog/turnlog/internal/store"
-	"github.com/turnlog/turnlog/internal/store/storetest"
+	"github.com/turnlog/turnlog/internal/testutil/storetest"
 )
 
 var testLoc = Location{Prefix: "sessions", Namespace: "team-a", Session: "chat", UID: "0d9e-uid"}

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/turnlog/turnlog/internal/pitest"
+	"github.com/turnlog/turnlog/internal/testutil/pitest"
 	"github.com/turnlog/turnlog/internal/worker"
 )
 

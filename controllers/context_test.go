@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"strings"
-	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -47,25 +46,10 @@ func compactedLog() []byte {
 }
 
 var _ = Describe("Long sessions", Ordered, func() {
-	var (
-		ns     string
-		stores *BucketCache
-		sio    *SessionIO
-		stop   func()
-	)
-	BeforeAll(func() {
-		ns = newNamespace("context")
-		stores = storesAt("mem://")
-		sio = &SessionIO{Client: k8sClient, Stores: stores}
-		stop = startManager(ns, Config{Stores: stores, WorkerMode: WorkerModeLocal, PollInterval: time.Hour})
-	})
-	AfterAll(func() {
-		stop()
-		Expect(stores.Close()).To(Succeed())
-	})
+	m := localManager("context")
 
 	roles := func(name string) string {
-		tr, _, err := sio.Transcript(ctx, ns, name, func(a turnlog.Adapter) turnlog.Adapter { return a })
+		tr, _, err := m.sio.Transcript(ctx, m.ns, name, func(a turnlog.Adapter) turnlog.Adapter { return a })
 		Expect(err).NotTo(HaveOccurred())
 		var out []string
 		for _, m := range tr.Messages {
@@ -80,10 +64,10 @@ var _ = Describe("Long sessions", Ordered, func() {
 
 	It("applies a compaction written after a turn before the next turn starts, in status and with an Event", func() {
 		log := compactedLog()
-		_, _, err := sio.Import(ctx, ns, "long", bytes.NewReader(logLines(log, 15))) // through the compaction
+		_, _, err := m.sio.Import(ctx, m.ns, "long", bytes.NewReader(logLines(log, 15))) // through the compaction
 		Expect(err).NotTo(HaveOccurred())
 		Eventually(func(g Gomega) {
-			s := getSession(ns, "long")(g)
+			s := getSession(m.ns, "long")(g)
 			g.Expect(s.Status.Replay).NotTo(BeNil())
 			g.Expect(s.Status.Replay.ThroughSeq).To(Equal(int64(14)))
 			g.Expect(s.Status.Replay.LastCompactionSeq).To(Equal(ptrTo(int64(14))))
@@ -91,25 +75,25 @@ var _ = Describe("Long sessions", Ordered, func() {
 			g.Expect(s.Status.Replay.Compactions).To(Equal(int64(1)))
 		}).Should(Succeed())
 		Expect(roles("long")).To(Equal("14:system/compaction 14:user/compaction 11:user 12:assistant"))
-		Eventually(sessionEvents(ns, "long", turnlogv1.EventContextCompacted)).Should(HaveLen(1))
-		e := sessionEvents(ns, "long", turnlogv1.EventContextCompacted)(Default)[0]
+		Eventually(sessionEvents(m.ns, "long", turnlogv1.EventContextCompacted)).Should(HaveLen(1))
+		e := sessionEvents(m.ns, "long", turnlogv1.EventContextCompacted)(Default)[0]
 		Expect(e.Note).To(Equal("compaction at seq 14 replayed (1 in this run): the transcript now holds 4 messages"))
 
-		_, _, err = sio.Append(ctx, ns, "long", bytes.NewReader(bytes.TrimPrefix(log, logLines(log, 15))))
+		_, _, err = m.sio.Append(ctx, m.ns, "long", bytes.NewReader(bytes.TrimPrefix(log, logLines(log, 15))))
 		Expect(err).NotTo(HaveOccurred())
 		Eventually(func(g Gomega) {
-			g.Expect(getSession(ns, "long")(g).Status.Replay.ThroughSeq).To(Equal(int64(23)))
+			g.Expect(getSession(m.ns, "long")(g).Status.Replay.ThroughSeq).To(Equal(int64(23)))
 		}).Should(Succeed())
 		Expect(roles("long")).To(Equal("14:system/compaction 14:user/compaction 11:user 12:assistant 16:user 17:assistant 19:system 21:user 22:assistant"))
-		Expect(getSession(ns, "long")(Default).Status.Replay.ContextMessages).To(Equal(int64(9)))
+		Expect(getSession(m.ns, "long")(Default).Status.Replay.ContextMessages).To(Equal(int64(9)))
 	})
 
 	It("reports a context edit it cannot apply in its own status field and Event, not as a degraded message", func() {
 		log := append(logLines(compactedLog(), 10), []byte(`{"seq":10,"type":"context/edit","targetSeq":4,"replacement":{"content":[1]}}`+"\n")...)
-		_, _, err := sio.Import(ctx, ns, "bad-edit", bytes.NewReader(log))
+		_, _, err := m.sio.Import(ctx, m.ns, "bad-edit", bytes.NewReader(log))
 		Expect(err).NotTo(HaveOccurred())
 		Eventually(func(g Gomega) {
-			s := getSession(ns, "bad-edit")(g)
+			s := getSession(m.ns, "bad-edit")(g)
 			g.Expect(s.Status.Replay).NotTo(BeNil())
 			g.Expect(s.Status.Replay.ThroughSeq).To(Equal(int64(10)))
 			g.Expect(s.Status.Replay.ContextEventsNotApplied).To(Equal(int64(1)))
@@ -118,10 +102,10 @@ var _ = Describe("Long sessions", Ordered, func() {
 			g.Expect(s.Status.Replay.DegradedSeqs).To(BeZero())
 		}).Should(Succeed())
 		Expect(roles("bad-edit")).To(Equal("1:system 3:user 4:assistant 7:user 8:assistant"))
-		Eventually(sessionEvents(ns, "bad-edit", turnlogv1.EventContextEventNotApplied)).Should(ConsistOf(
+		Eventually(sessionEvents(m.ns, "bad-edit", turnlogv1.EventContextEventNotApplied)).Should(ConsistOf(
 			HaveField("Note", And(HavePrefix("context event at seq 10 not applied for pi-ai anthropic-messages/anthropic/claude-sonnet-4-5: the edit of seq 4 cannot be applied: "),
 				HaveSuffix("; seq 4 is replayed as it was")))))
-		Consistently(sessionEvents(ns, "bad-edit", turnlogv1.EventReplayDegraded), "2s").Should(BeEmpty())
+		Consistently(sessionEvents(m.ns, "bad-edit", turnlogv1.EventReplayDegraded), "2s").Should(BeEmpty())
 	})
 
 	It("forks before a compaction into an uncompacted child, and after it into a compacted one with the system prompt in force", func() {
@@ -131,14 +115,14 @@ var _ = Describe("Long sessions", Ordered, func() {
 			{"long-after", "16.1", "14:system/compaction 14:user/compaction 11:user 12:assistant 16:user 17:assistant"},
 			{"long-prompt", "21", "14:system/compaction 14:user/compaction 11:user 12:assistant 16:user 17:assistant 19:system 21:user 22:assistant"},
 		} {
-			Expect(k8sClient.Create(ctx, newFork(ns, tt.name, "long", tt.at))).To(Succeed())
+			Expect(k8sClient.Create(ctx, newFork(m.ns, tt.name, "long", tt.at))).To(Succeed())
 			Eventually(func(g Gomega) {
-				f := getFork(ns, tt.name)(g)
+				f := getFork(m.ns, tt.name)(g)
 				g.Expect(cond(f.Status.Conditions, turnlogv1.ConditionSucceeded)).To(Equal("True/Forked"))
 			}).Should(Succeed())
-			waitReady(ns, tt.name)
+			waitReady(m.ns, tt.name)
 			Eventually(func(g Gomega) {
-				g.Expect(getSession(ns, tt.name)(g).Status.Replay).NotTo(BeNil())
+				g.Expect(getSession(m.ns, tt.name)(g).Status.Replay).NotTo(BeNil())
 			}).Should(Succeed())
 			Expect(roles(tt.name)).To(Equal(tt.want), tt.name)
 		}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -19,31 +18,15 @@ import (
 // can forge them: the manager believes one only if it fits the log, and
 // bounds the Events it raises whatever a checkpoint says.
 var _ = Describe("Forged checkpoints", Ordered, func() {
-	var (
-		ns     string
-		stores *BucketCache
-		sio    *SessionIO
-		stop   func()
-	)
-
-	BeforeAll(func() {
-		ns = newNamespace("forged")
-		stores = storesAt("mem://")
-		sio = &SessionIO{Client: k8sClient, Stores: stores}
-		stop = startManager(ns, Config{Stores: stores, WorkerMode: WorkerModeLocal, PollInterval: time.Hour})
-	})
-	AfterAll(func() {
-		stop()
-		Expect(stores.Close()).To(Succeed())
-	})
+	m := localManager("forged")
 
 	// forge replaces the Session's derived object whose key ends in suffix,
 	// then appends an empty turn: a Session whose log has not grown is not
 	// read again (session_poll.go).
 	forge := func(name, suffix string, data []byte, next, turn int64) {
 		GinkgoHelper()
-		s := getSession(ns, name)(Default)
-		bucket, err := stores.bucket(ctx, "mem://")
+		s := getSession(m.ns, name)(Default)
+		bucket, err := m.stores.bucket(ctx, "mem://")
 		Expect(err).NotTo(HaveOccurred())
 		root, err := sessionlog.Location{Namespace: s.Namespace, Session: s.Name, UID: string(s.UID)}.Root()
 		Expect(err).NotTo(HaveOccurred())
@@ -56,33 +39,33 @@ var _ = Describe("Forged checkpoints", Ordered, func() {
 		}
 		Expect(key).NotTo(BeEmpty(), "no derived object ending in %s", suffix)
 		Expect(bucket.Put(ctx, key, data, nil)).To(Succeed())
-		_, _, err = sio.Append(ctx, ns, name, strings.NewReader(fmt.Sprintf(
+		_, _, err = m.sio.Append(ctx, m.ns, name, strings.NewReader(fmt.Sprintf(
 			`{"seq":%d,"type":"turn/start","turn":%d}`+"\n"+`{"seq":%d,"type":"turn/end","turn":%d,"reason":"stop"}`+"\n", next, turn, next+1, turn)))
 		Expect(err).NotTo(HaveOccurred())
 	}
 
 	It("ignores an assembly checkpoint past the log's head, and assembles again", func() {
-		_, _, err := sio.Import(ctx, ns, "past-head", bytes.NewReader(readLog("tool-call-without-result.jsonl")))
+		_, _, err := m.sio.Import(ctx, m.ns, "past-head", bytes.NewReader(readLog("tool-call-without-result.jsonl")))
 		Expect(err).NotTo(HaveOccurred())
-		waitReady(ns, "past-head")
+		waitReady(m.ns, "past-head")
 
 		forge("past-head", "assembly/checkpoint.json", []byte(
 			`{"summary":{"task":"assemble","throughSeq":1000,"scannedThrough":1000,"turns":3,"lastTurnEnd":{"seq":1000,"turn":3,"reason":"stop"}},"next":1001,"committedTurns":3}`), 23, 3)
-		Eventually(sessionEvents(ns, "past-head", turnlogv1.EventCheckpointRejected)).Should(ContainElement(
+		Eventually(sessionEvents(m.ns, "past-head", turnlogv1.EventCheckpointRejected)).Should(ContainElement(
 			HaveField("Note", ContainSubstring("assemble checkpoint does not fit a log whose head is seq 24: throughSeq is 1000"))))
 		Consistently(func(g Gomega) {
-			s := getSession(ns, "past-head")(g)
+			s := getSession(m.ns, "past-head")(g)
 			g.Expect(*s.Status.AssembledThroughSeq).To(BeNumerically("<=", 24))
 		}, "2s").Should(Succeed())
-		s := waitReady(ns, "past-head")
+		s := waitReady(m.ns, "past-head")
 		Expect(*s.Status.AssembledThroughSeq).To(Equal(int64(24)))
 	})
 
 	It("raises at most 10 ReplayDegraded Events and one summary for a checkpoint listing 2,000", func() {
-		_, _, err := sio.Import(ctx, ns, "flood", bytes.NewReader(degradedLog(3)))
+		_, _, err := m.sio.Import(ctx, m.ns, "flood", bytes.NewReader(degradedLog(3)))
 		Expect(err).NotTo(HaveOccurred())
-		waitReady(ns, "flood")
-		Eventually(sessionEvents(ns, "flood", turnlogv1.EventReplayDegraded)).Should(HaveLen(3))
+		waitReady(m.ns, "flood")
+		Eventually(sessionEvents(m.ns, "flood", turnlogv1.EventReplayDegraded)).Should(HaveLen(3))
 
 		sum := derived.Summary{Task: derived.TaskReplay, ThroughSeq: 12, NewTotal: 2000,
 			Replay: &derived.ReplayCounts{Foreign: 3, Degraded: 3}}
@@ -92,11 +75,11 @@ var _ = Describe("Forged checkpoints", Ordered, func() {
 		data, err := json.Marshal(map[string]any{"summary": sum, "next": 13})
 		Expect(err).NotTo(HaveOccurred())
 		forge("flood", "/checkpoint.json", data, 13, 4) // the replay checkpoint sorts after assembly's
-		Eventually(sessionEvents(ns, "flood", turnlogv1.EventCheckpointRejected)).ShouldNot(BeEmpty())
+		Eventually(sessionEvents(m.ns, "flood", turnlogv1.EventCheckpointRejected)).ShouldNot(BeEmpty())
 		Consistently(func(g Gomega) {
-			g.Expect(len(sessionEvents(ns, "flood", turnlogv1.EventReplayDegraded)(g))).To(BeNumerically("<=", 3+derived.MaxNewDiagnostics+1))
+			g.Expect(len(sessionEvents(m.ns, "flood", turnlogv1.EventReplayDegraded)(g))).To(BeNumerically("<=", 3+derived.MaxNewDiagnostics+1))
 		}, "3s").Should(Succeed())
-		s := waitReady(ns, "flood")
+		s := waitReady(m.ns, "flood")
 		Expect(s.Status.Replay.Degraded).To(Equal(int64(3)))
 	})
 })

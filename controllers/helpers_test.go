@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -173,4 +174,31 @@ func forkEvents(g Gomega, ns, name, reason string) []eventsv1.Event {
 		}
 	}
 	return out
+}
+
+// managed is what localManager gives the specs of a container.
+type managed struct {
+	ns     string
+	stores *BucketCache
+	sio    *SessionIO
+}
+
+// localManager registers, in the calling Ordered container, what most
+// specs start from: a namespace of their own named after prefix, an
+// in-memory store, a SessionIO on it, and the controllers with local
+// workers watching the namespace until the container's specs are done.
+func localManager(prefix string) *managed {
+	m := &managed{}
+	var stop func()
+	BeforeAll(func() {
+		m.ns = newNamespace(prefix)
+		m.stores = storesAt("mem://")
+		m.sio = &SessionIO{Client: k8sClient, Stores: m.stores}
+		stop = startManager(m.ns, Config{Stores: m.stores, WorkerMode: WorkerModeLocal, PollInterval: time.Hour})
+	})
+	AfterAll(func() {
+		stop()
+		Expect(m.stores.Close()).To(Succeed())
+	})
+	return m
 }

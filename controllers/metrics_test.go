@@ -7,7 +7,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -24,27 +23,13 @@ import (
 // dashboard query only metrics the manager has, and the metrics are
 // documented.
 var _ = Describe("Metrics", Ordered, func() {
-	var (
-		ns     string
-		stores *BucketCache
-		stop   func()
-	)
-
-	BeforeAll(func() {
-		ns = newNamespace("metrics")
-		stores = storesAt("mem://")
-		stop = startManager(ns, Config{Stores: stores, WorkerMode: WorkerModeLocal, PollInterval: time.Hour})
-	})
-	AfterAll(func() {
-		stop()
-		Expect(stores.Close()).To(Succeed())
-	})
+	m := localManager("metrics")
 
 	It("counts Sessions and SessionForks by their conditions, and forgets deleted ones", func() {
-		empty := &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "empty"}}
-		lost := &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "lost"},
+		empty := &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: m.ns, Name: "empty"}}
+		lost := &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: m.ns, Name: "lost"},
 			Spec: turnlogv1.SessionSpec{Storage: turnlogv1.SessionStorage{Store: "archive"}, Retention: turnlogv1.RetentionRetain}}
-		fork := &turnlogv1.SessionFork{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "orphan"},
+		fork := &turnlogv1.SessionFork{ObjectMeta: metav1.ObjectMeta{Namespace: m.ns, Name: "orphan"},
 			Spec: turnlogv1.SessionForkSpec{Source: turnlogv1.SessionReference{Name: "missing"}, AtSeq: "3"}}
 		Expect(k8sClient.Create(ctx, empty)).To(Succeed())
 		Expect(k8sClient.Create(ctx, lost)).To(Succeed())
@@ -52,15 +37,15 @@ var _ = Describe("Metrics", Ordered, func() {
 
 		Eventually(func(g Gomega) {
 			fams := gatherMetrics(g)
-			g.Expect(series(fams, "turnlog_sessions", ns)).To(Equal(map[string]float64{
+			g.Expect(series(fams, "turnlog_sessions", m.ns)).To(Equal(map[string]float64{
 				`ready="True",reason="EmptyLog",store="default"`:       1,
 				`ready="False",reason="StoreNotFound",store="archive"`: 1,
 			}))
-			g.Expect(series(fams, "turnlog_sessionforks", ns)).To(Equal(map[string]float64{
+			g.Expect(series(fams, "turnlog_sessionforks", m.ns)).To(Equal(map[string]float64{
 				`reason="SourceNotFound",succeeded="False"`: 1,
 			}))
-			g.Expect(series(fams, "turnlog_sessions_replay_degraded", ns)).To(Equal(map[string]float64{"": 0}))
-			g.Expect(series(fams, "turnlog_replay_messages", ns)).To(Equal(map[string]float64{
+			g.Expect(series(fams, "turnlog_sessions_replay_degraded", m.ns)).To(Equal(map[string]float64{"": 0}))
+			g.Expect(series(fams, "turnlog_replay_messages", m.ns)).To(Equal(map[string]float64{
 				`replay="native"`: 0, `replay="foreign"`: 0, `replay="degraded"`: 0,
 			}))
 		}).Should(Succeed())
@@ -68,7 +53,7 @@ var _ = Describe("Metrics", Ordered, func() {
 		By("deleting a Session")
 		Expect(k8sClient.Delete(ctx, empty)).To(Succeed())
 		Eventually(func(g Gomega) map[string]float64 {
-			return series(gatherMetrics(g), "turnlog_sessions", ns)
+			return series(gatherMetrics(g), "turnlog_sessions", m.ns)
 		}).Should(Equal(map[string]float64{`ready="False",reason="StoreNotFound",store="archive"`: 1}))
 	})
 

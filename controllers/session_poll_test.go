@@ -15,7 +15,7 @@ import (
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/internal/sessionlog"
-	"github.com/turnlog/turnlog/internal/store/storetest"
+	"github.com/turnlog/turnlog/internal/testutil/storetest"
 )
 
 // countedStores opens every log on one counted bucket.

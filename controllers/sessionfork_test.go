@@ -16,7 +16,7 @@ import (
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/internal/sessionlog"
 	"github.com/turnlog/turnlog/internal/store"
-	"github.com/turnlog/turnlog/internal/turnlog/turnlogtest"
+	"github.com/turnlog/turnlog/internal/testutil/loggen"
 )
 
 func newFork(ns, name, source, atSeq string) *turnlogv1.SessionFork {
@@ -32,38 +32,25 @@ func newFork(ns, name, source, atSeq string) *turnlogv1.SessionFork {
 
 // A SessionFork as a user applies it with kubectl, in local worker mode.
 var _ = Describe("SessionFork controller", Ordered, func() {
-	var (
-		ns     string
-		stores *BucketCache
-		sio    *SessionIO
-		stop   func()
-		log    []byte
-	)
+	m := localManager("forks")
+	var log []byte
 
 	BeforeAll(func() {
-		ns = newNamespace("forks")
-		stores = storesAt("mem://")
-		sio = &SessionIO{Client: k8sClient, Stores: stores}
-		stop = startManager(ns, Config{Stores: stores, WorkerMode: WorkerModeLocal, PollInterval: time.Hour})
 		log = readLog("aborted-turn.jsonl")
-		_, _, err := sio.Import(ctx, ns, "support-chat", bytes.NewReader(log))
+		_, _, err := m.sio.Import(ctx, m.ns, "support-chat", bytes.NewReader(log))
 		Expect(err).NotTo(HaveOccurred())
-		waitReady(ns, "support-chat")
-	})
-	AfterAll(func() {
-		stop()
-		Expect(stores.Close()).To(Succeed())
+		waitReady(m.ns, "support-chat")
 	})
 
 	It(`materialises atSeq "15.1" as a child Session holding the source's whole turns through the aborted turn`, func() {
-		source := getSession(ns, "support-chat")(Default)
-		Expect(k8sClient.Create(ctx, newFork(ns, "support-chat-retry", "support-chat", "15.1"))).To(Succeed())
+		source := getSession(m.ns, "support-chat")(Default)
+		Expect(k8sClient.Create(ctx, newFork(m.ns, "support-chat-retry", "support-chat", "15.1"))).To(Succeed())
 
 		Eventually(func(g Gomega) {
-			f := getFork(ns, "support-chat-retry")(g)
+			f := getFork(m.ns, "support-chat-retry")(g)
 			g.Expect(cond(f.Status.Conditions, turnlogv1.ConditionSucceeded)).To(Equal("True/Forked"))
 		}).Should(Succeed())
-		f := getFork(ns, "support-chat-retry")(Default)
+		f := getFork(m.ns, "support-chat-retry")(Default)
 		Expect(*f.Status.AnchorSeq).To(Equal(int64(15)))
 		Expect(*f.Status.CutSeq).To(Equal(int64(15)))
 		Expect(*f.Status.CutTurn).To(Equal(int64(2)))
@@ -71,7 +58,7 @@ var _ = Describe("SessionFork controller", Ordered, func() {
 		Expect(f.Status.ChildName).To(Equal("support-chat-retry"))
 		Expect(f.Status.ObservedGeneration).To(Equal(f.Generation))
 
-		child := waitReady(ns, "support-chat-retry")
+		child := waitReady(m.ns, "support-chat-retry")
 		Expect(child.Spec.ForkedFrom).To(Equal(&turnlogv1.ForkOrigin{
 			Session: "support-chat", UID: string(source.UID), Fork: "support-chat-retry", ForkUID: string(f.UID), AnchorSeq: 15, CutSeq: 15,
 		}))
@@ -85,37 +72,37 @@ var _ = Describe("SessionFork controller", Ordered, func() {
 		// stays out of the transcript: one assistant message, from turn 1.
 		Expect(child.Status.Replay.Native + child.Status.Replay.Foreign).To(Equal(int64(1)))
 
-		Expect(exportLog(sio, ns, "support-chat-retry")).To(Equal(string(logLines(log, 16))))
-		Expect(exportLog(sio, ns, "support-chat")).To(Equal(string(log)), "the source is never written")
+		Expect(exportLog(m.sio, m.ns, "support-chat-retry")).To(Equal(string(logLines(log, 16))))
+		Expect(exportLog(m.sio, m.ns, "support-chat")).To(Equal(string(log)), "the source is never written")
 		Eventually(func(g Gomega) []string {
-			return notes(forkEvents(g, ns, "support-chat-retry", turnlogv1.EventForked))
+			return notes(forkEvents(g, m.ns, "support-chat-retry", turnlogv1.EventForked))
 		}).Should(ConsistOf("created Session support-chat-retry from support-chat seq 0..15 (atSeq 15.1, anchor 15, turn 2 ended aborted)"))
 	})
 
 	It("names the child after spec.target.name", func() {
-		fork := newFork(ns, "renamed", "support-chat", "3")
+		fork := newFork(m.ns, "renamed", "support-chat", "3")
 		fork.Spec.Target.Name = "support-chat-first-turn"
 		Expect(k8sClient.Create(ctx, fork)).To(Succeed())
-		child := waitReady(ns, "support-chat-first-turn")
+		child := waitReady(m.ns, "support-chat-first-turn")
 		Expect(*child.Status.HeadSeq).To(Equal(int64(7)))
-		Expect(exportLog(sio, ns, "support-chat-first-turn")).To(Equal(string(logLines(log, 8))))
+		Expect(exportLog(m.sio, m.ns, "support-chat-first-turn")).To(Equal(string(logLines(log, 8))))
 	})
 
 	DescribeTable("fails for good, with a reason, a Warning ForkFailed Event and no child",
 		func(fork *turnlogv1.SessionFork, reason, message string) {
-			fork.Namespace = ns
+			fork.Namespace = m.ns
 			Expect(k8sClient.Create(ctx, fork)).To(Succeed())
 			Eventually(func(g Gomega) {
-				f := getFork(ns, fork.Name)(g)
+				f := getFork(m.ns, fork.Name)(g)
 				g.Expect(cond(f.Status.Conditions, turnlogv1.ConditionSucceeded)).To(Equal("False/" + reason))
 				g.Expect(f.Status.ObservedGeneration).To(Equal(f.Generation))
 			}).Should(Succeed())
-			Expect(getFork(ns, fork.Name)(Default).Status.Conditions[0].Message).To(ContainSubstring(message))
+			Expect(getFork(m.ns, fork.Name)(Default).Status.Conditions[0].Message).To(ContainSubstring(message))
 			Eventually(func(g Gomega) []string {
-				return notes(forkEvents(g, ns, fork.Name, turnlogv1.EventForkFailed))
+				return notes(forkEvents(g, m.ns, fork.Name, turnlogv1.EventForkFailed))
 			}).Should(ConsistOf(HavePrefix(reason + ": ")))
 			children := &turnlogv1.SessionList{}
-			Expect(k8sClient.List(ctx, children, client.InNamespace(ns), client.MatchingLabels{turnlogv1.LabelFork: fork.Name})).To(Succeed())
+			Expect(k8sClient.List(ctx, children, client.InNamespace(m.ns), client.MatchingLabels{turnlogv1.LabelFork: fork.Name})).To(Succeed())
 			Expect(children.Items).To(BeEmpty())
 		},
 		Entry("source not found", newFork("", "orphan", "no-such-session", "3"),
@@ -130,25 +117,25 @@ var _ = Describe("SessionFork controller", Ordered, func() {
 	)
 
 	It("waits with TurnInProgress while the anchor's turn is open, and completes after the append that ends it", func() {
-		_, _, err := sio.Import(ctx, ns, "streaming", bytes.NewReader(logLines(log, 19)))
+		_, _, err := m.sio.Import(ctx, m.ns, "streaming", bytes.NewReader(logLines(log, 19)))
 		Expect(err).NotTo(HaveOccurred())
-		waitReady(ns, "streaming")
-		Expect(k8sClient.Create(ctx, newFork(ns, "mid-turn", "streaming", "17.1"))).To(Succeed())
+		waitReady(m.ns, "streaming")
+		Expect(k8sClient.Create(ctx, newFork(m.ns, "mid-turn", "streaming", "17.1"))).To(Succeed())
 		Eventually(func(g Gomega) string {
-			return cond(getFork(ns, "mid-turn")(g).Status.Conditions, turnlogv1.ConditionSucceeded)
+			return cond(getFork(m.ns, "mid-turn")(g).Status.Conditions, turnlogv1.ConditionSucceeded)
 		}).Should(Equal("Unknown/TurnInProgress"))
 		Consistently(func(g Gomega) error {
-			return k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "mid-turn"}, &turnlogv1.Session{})
+			return k8sClient.Get(ctx, client.ObjectKey{Namespace: m.ns, Name: "mid-turn"}, &turnlogv1.Session{})
 		}, "1s").ShouldNot(Succeed(), "no child before the turn ends")
 
-		_, _, err = sio.Append(ctx, ns, "streaming", bytes.NewReader(bytes.TrimPrefix(log, logLines(log, 19))))
+		_, _, err = m.sio.Append(ctx, m.ns, "streaming", bytes.NewReader(bytes.TrimPrefix(log, logLines(log, 19))))
 		Expect(err).NotTo(HaveOccurred())
 		Eventually(func(g Gomega) string {
-			return cond(getFork(ns, "mid-turn")(g).Status.Conditions, turnlogv1.ConditionSucceeded)
+			return cond(getFork(m.ns, "mid-turn")(g).Status.Conditions, turnlogv1.ConditionSucceeded)
 		}).Should(Equal("True/Forked"))
-		Expect(*getFork(ns, "mid-turn")(Default).Status.CutSeq).To(Equal(int64(21)))
-		waitReady(ns, "mid-turn")
-		Expect(exportLog(sio, ns, "mid-turn")).To(Equal(string(log)))
+		Expect(*getFork(m.ns, "mid-turn")(Default).Status.CutSeq).To(Equal(int64(21)))
+		waitReady(m.ns, "mid-turn")
+		Expect(exportLog(m.sio, m.ns, "mid-turn")).To(Equal(string(log)))
 	})
 })
 
@@ -161,7 +148,7 @@ var _ = Describe("SessionFork controller restarted mid-fork", func() {
 		bucket, err := mem.bucket(ctx, "mem://")
 		Expect(err).NotTo(HaveOccurred())
 		sio := &SessionIO{Client: k8sClient, Stores: mem}
-		log := turnlogtest.Log(3000, 7)
+		log := loggen.Log(3000, 7)
 		_, n, err := sio.Import(ctx, ns, "long", bytes.NewReader(log))
 		Expect(err).NotTo(HaveOccurred())
 

@@ -9,7 +9,7 @@ import (
 
 	"github.com/turnlog/turnlog/internal/assembler"
 	"github.com/turnlog/turnlog/internal/turnlog"
-	"github.com/turnlog/turnlog/internal/turnlog/turnlogtest"
+	"github.com/turnlog/turnlog/internal/testutil/loggen"
 )
 
 // turnLog builds a valid one-turn log from event bodies: seq, type and turn
@@ -308,7 +308,7 @@ func TestBlockOrderAndUnknownTypes(t *testing.T) {
 }
 
 func TestAssemblyIsDeterministicAndResumable(t *testing.T) {
-	events := decodeLog(t, string(turnlogtest.Log(3000, 3)))
+	events := decodeLog(t, string(loggen.Log(3000, 3)))
 	first, second := assembler.AssembleLog(events), assembler.AssembleLog(events)
 	if len(first.Messages) == 0 || mustJSON(t, first) != mustJSON(t, second) {
 		t.Fatal("assembling the same events twice gave different bytes")
@@ -321,7 +321,7 @@ func TestAssemblyIsDeterministicAndResumable(t *testing.T) {
 			break
 		}
 	}
-	a := assembler.New(turnlogtest.Adapter)
+	a := assembler.New(loggen.Adapter)
 	var resumed []assembler.Assembled
 	for i := from; i < len(events); i++ {
 		if out := a.Add(&events[i]); out.Message != nil {

@@ -12,14 +12,14 @@ import (
 
 	"github.com/turnlog/turnlog/internal/replay"
 	"github.com/turnlog/turnlog/internal/turnlog"
-	"github.com/turnlog/turnlog/internal/turnlog/turnlogtest"
+	"github.com/turnlog/turnlog/internal/testutil/loggen"
 )
 
 // BenchmarkReplay replays a generated 100,000-event log side by side with a
 // decode-only pass over the same bytes (the validating Reader alone), which
 // is the floor replay cannot beat.
 func BenchmarkReplay(b *testing.B) {
-	data := turnlogtest.Log(100_000, 1)
+	data := loggen.Log(100_000, 1)
 	events := int64(bytes.Count(data, []byte("\n")))
 	report := func(b *testing.B) {
 		b.ReportMetric(float64(events)*float64(b.N)/b.Elapsed().Seconds(), "events/s")
@@ -63,7 +63,7 @@ func BenchmarkReplay(b *testing.B) {
 // timed pass keeps one pass's garbage from being collected on the other's
 // clock. The MB/s and events/s metrics are per CPU second.
 func BenchmarkReplayInterleaved(b *testing.B) {
-	data := turnlogtest.Log(100_000, 1)
+	data := loggen.Log(100_000, 1)
 	segments := turnSegments(b, data, 1000)
 	decodeSegment := func(b *testing.B, seg segment, add func(e *turnlog.Event)) {
 		r := turnlog.NewReaderWith(bytes.NewReader(seg.data), turnlog.NewValidatorAt(seg.first))

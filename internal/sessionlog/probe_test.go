@@ -3,7 +3,7 @@ package sessionlog_test
 import (
 	"testing"
 
-	"github.com/turnlog/turnlog/internal/store/storetest"
+	"github.com/turnlog/turnlog/internal/testutil/storetest"
 )
 
 // TestGrown: a log is seen to grow past a seq, whoever appended and however

@@ -15,7 +15,7 @@ import (
 
 	"github.com/turnlog/turnlog/internal/sessionlog"
 	"github.com/turnlog/turnlog/internal/store"
-	"github.com/turnlog/turnlog/internal/store/storetest"
+	"github.com/turnlog/turnlog/internal/testutil/storetest"
 	"github.com/turnlog/turnlog/internal/testutil/versitygw"
 )
 

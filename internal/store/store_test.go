@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/turnlog/turnlog/internal/store"
-	"github.com/turnlog/turnlog/internal/store/storetest"
+	"github.com/turnlog/turnlog/internal/testutil/storetest"
 	"github.com/turnlog/turnlog/internal/testutil/versitygw"
 )
 

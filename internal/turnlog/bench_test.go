@@ -10,12 +10,12 @@ import (
 	"time"
 
 	"github.com/turnlog/turnlog/internal/turnlog"
-	"github.com/turnlog/turnlog/internal/turnlog/turnlogtest"
+	"github.com/turnlog/turnlog/internal/testutil/loggen"
 )
 
 // benchLog is a generated 100,000-event session: pi-ai shaped streams,
 // version-2 envelopes and tool results of a few kilobytes.
-var benchLog = sync.OnceValue(func() []byte { return turnlogtest.Log(100_000, 1) })
+var benchLog = sync.OnceValue(func() []byte { return loggen.Log(100_000, 1) })
 
 // BenchmarkDecode decodes the same log several ways in one run: turnlog's
 // decoder (alone, and behind the validating Reader), encoding/json into the

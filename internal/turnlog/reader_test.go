@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/turnlog/turnlog/internal/turnlog"
-	"github.com/turnlog/turnlog/internal/turnlog/turnlogtest"
+	"github.com/turnlog/turnlog/internal/testutil/loggen"
 )
 
 // readAll reads a log to the end, collecting events and every problem.
@@ -175,8 +175,8 @@ func TestNewValidatorAtResumesMidTurn(t *testing.T) {
 }
 
 func TestGeneratedLogIsValid(t *testing.T) {
-	log := turnlogtest.Log(2000, 7)
-	if !bytes.Equal(log, turnlogtest.Log(2000, 7)) {
+	log := loggen.Log(2000, 7)
+	if !bytes.Equal(log, loggen.Log(2000, 7)) {
 		t.Fatal("generator is not deterministic")
 	}
 	events, problems := readAll(t, turnlog.NewReader(bytes.NewReader(log)))

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/turnlog/turnlog/internal/turnlog/turnlogtest"
+	"github.com/turnlog/turnlog/internal/testutil/loggen"
 )
 
 // A checkpoint forged by someone who can write the bucket is not believed:
@@ -45,9 +45,9 @@ func TestForgedAssemblyCheckpoint(t *testing.T) {
 
 func TestForgedReplayCheckpoint(t *testing.T) {
 	ctx := context.Background()
-	log := newMemLog(t, turnlogtest.Log(200, 7))
+	log := newMemLog(t, loggen.Log(200, 7))
 	head, _ := log.Head(ctx)
-	target := turnlogtest.Adapter
+	target := loggen.Adapter
 	name := derived.ReplayCheckpoint(target)
 
 	// 500 degraded messages listed: more than a run ever lists.

@@ -12,7 +12,7 @@ import (
 
 	"github.com/turnlog/turnlog/internal/sessionlog"
 	"github.com/turnlog/turnlog/internal/store"
-	"github.com/turnlog/turnlog/internal/turnlog/turnlogtest"
+	"github.com/turnlog/turnlog/internal/testutil/loggen"
 )
 
 // turnBound is the most heap a worker run may hold for one turn, however
@@ -64,7 +64,7 @@ func TestHugeTurnStaysBounded(t *testing.T) {
 
 	_, log := openFileLog(t, dir, loc)
 	measureHeapWithin(t, turnBound, func() {
-		sum, err := Run(ctx, derived.TaskAssemble, log, turnlogtest.Adapter)
+		sum, err := Run(ctx, derived.TaskAssemble, log, loggen.Adapter)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -73,10 +73,10 @@ func TestHugeTurnStaysBounded(t *testing.T) {
 		}
 	}, "assemble a 188 MB turn")
 	measureHeapWithin(t, turnBound, func() {
-		if _, err := Run(ctx, derived.TaskReplay, log, turnlogtest.Adapter); err != nil {
+		if _, err := Run(ctx, derived.TaskReplay, log, loggen.Adapter); err != nil {
 			t.Fatal(err)
 		}
-		tr, err := derived.LoadTranscript(ctx, log, turnlogtest.Adapter)
+		tr, err := derived.LoadTranscript(ctx, log, loggen.Adapter)
 		if err != nil {
 			t.Fatalf("the stored transcript is not readable: %v", err)
 		}
@@ -120,11 +120,11 @@ func TestManyMessagesStayBounded(t *testing.T) {
 		}
 	})
 	b, log := openFileLog(t, dir, loc)
-	if _, err := Run(ctx, derived.TaskAssemble, log, turnlogtest.Adapter); err != nil {
+	if _, err := Run(ctx, derived.TaskAssemble, log, loggen.Adapter); err != nil {
 		t.Fatal(err)
 	}
 	measureHeapWithin(t, turnBound, func() {
-		sum, err := Run(ctx, derived.TaskReplay, log, turnlogtest.Adapter)
+		sum, err := Run(ctx, derived.TaskReplay, log, loggen.Adapter)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -133,7 +133,7 @@ func TestManyMessagesStayBounded(t *testing.T) {
 		}
 	}, fmt.Sprintf("replay %d messages", messages))
 
-	tr, err := derived.LoadTranscript(ctx, log, turnlogtest.Adapter)
+	tr, err := derived.LoadTranscript(ctx, log, loggen.Adapter)
 	if err != nil {
 		t.Fatalf("the stored transcript is not readable: %v", err)
 	}
@@ -141,14 +141,14 @@ func TestManyMessagesStayBounded(t *testing.T) {
 		t.Fatalf("the stored transcript has %d messages, the last %s; want %d, the last rule %d", n, tr.Messages[n-1].Message, messages+2, messages-1)
 	}
 	var state derived.ReplayState
-	if _, err := derived.LoadReplayState(ctx, log, turnlogtest.Adapter, &state); err != nil {
+	if _, err := derived.LoadReplayState(ctx, log, loggen.Adapter, &state); err != nil {
 		t.Fatal(err)
 	}
 	listed := map[string]bool{}
 	for _, p := range state.Parts {
-		listed[p.Name(derived.TranscriptDir(turnlogtest.Adapter))] = true
+		listed[p.Name(derived.TranscriptDir(loggen.Adapter))] = true
 	}
-	for o, err := range b.List(ctx, root+"derived/"+derived.TranscriptDir(turnlogtest.Adapter)+"/") {
+	for o, err := range b.List(ctx, root+"derived/"+derived.TranscriptDir(loggen.Adapter)+"/") {
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -22,7 +22,7 @@ import (
 
 	"github.com/turnlog/turnlog/internal/sessionlog"
 	"github.com/turnlog/turnlog/internal/store"
-	"github.com/turnlog/turnlog/internal/turnlog/turnlogtest"
+	"github.com/turnlog/turnlog/internal/testutil/loggen"
 )
 
 // heapBound is the most heap the manager's read paths may use over the
@@ -89,7 +89,7 @@ func TestReadersStayBounded(t *testing.T) {
 		if _, _, err := derived.LoadAssembly(ctx, derived.StoreLog{Log: lg}); !errors.Is(err, derived.ErrUnusable) {
 			t.Fatalf("LoadAssembly of a forged checkpoint of 2M diagnostics = %v, want ErrUnusable", err)
 		}
-		if _, found, err := derived.LoadReplay(ctx, derived.StoreLog{Log: lg}, turnlogtest.Adapter); err != nil || found {
+		if _, found, err := derived.LoadReplay(ctx, derived.StoreLog{Log: lg}, loggen.Adapter); err != nil || found {
 			t.Fatalf("LoadReplay = %v, %v; want nothing found", found, err)
 		}
 	}, "checkpoints"))

@@ -17,7 +17,7 @@ import (
 	"github.com/turnlog/turnlog/internal/forkcut"
 	"github.com/turnlog/turnlog/internal/replay"
 	"github.com/turnlog/turnlog/internal/turnlog"
-	"github.com/turnlog/turnlog/internal/turnlog/turnlogtest"
+	"github.com/turnlog/turnlog/internal/testutil/loggen"
 )
 
 // For random logs — toolUse turns answered by the next turn, aborted and
@@ -226,7 +226,7 @@ func (g *splitGen) context(turn int) {
 
 // log returns a log of n turns.
 func (g *splitGen) log(n int) []byte {
-	a := turnlogtest.Adapter
+	a := loggen.Adapter
 	g.add(`"type":"session/start","adapter":{"kind":"pi-ai","api":%q,"provider":%q,"model":%q}`, a.API, a.Provider, a.Model)
 	for range n {
 		g.turn()
@@ -330,7 +330,7 @@ func (g *splitGen) turn() {
 			stop = "length"
 		}
 		reason = stop
-		model := turnlogtest.Adapter.Model
+		model := loggen.Adapter.Model
 		if g.r.Float64() < 0.2 {
 			model = "claude-haiku-4-5"
 		}

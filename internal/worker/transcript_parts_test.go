@@ -16,7 +16,7 @@ import (
 
 	"github.com/turnlog/turnlog/internal/replay"
 	"github.com/turnlog/turnlog/internal/turnlog"
-	"github.com/turnlog/turnlog/internal/turnlog/turnlogtest"
+	"github.com/turnlog/turnlog/internal/testutil/loggen"
 )
 
 // wholeReplay is what `turnlog replay` gives for the log through its head.
@@ -147,7 +147,7 @@ func TestALargeRunIsSplitIntoParts(t *testing.T) {
 // run that has to read it replays the log again.
 func TestABadPartIsRefused(t *testing.T) {
 	ctx := context.Background()
-	data := turnlogtest.Log(200, 7)
+	data := loggen.Log(200, 7)
 	for _, c := range []struct {
 		name    string
 		corrupt func(b []byte) []byte
@@ -195,7 +195,7 @@ func TestABadPartIsRefused(t *testing.T) {
 			}
 			// The next run's part is bigger than the bad one, so the run
 			// merges the two, finds the bad one and starts over.
-			more := turnlogtest.Log(1000, 7)
+			more := loggen.Log(1000, 7)
 			log.append(t, lines(more, len(log.events), countLines(more)))
 			if _, err := Replay(ctx, log, turnlog.Adapter{}); err != nil {
 				t.Fatalf("a run over a bad part: %v", err)
@@ -216,7 +216,7 @@ func TestABadPartIsRefused(t *testing.T) {
 // transcript, not an error.
 func TestReadingWhileARunMergesParts(t *testing.T) {
 	ctx := context.Background()
-	data := turnlogtest.Log(300, 3)
+	data := loggen.Log(300, 3)
 	all := bytes.SplitAfter(data, []byte("\n"))
 	inner := newMemLog(t, nil)
 	for _, line := range all[:len(all)-1] {
@@ -228,7 +228,7 @@ func TestReadingWhileARunMergesParts(t *testing.T) {
 		}
 	}
 	// One more turn, whose run merges every part into one.
-	more := turnlogtest.Log(2000, 3)
+	more := loggen.Log(2000, 3)
 	log := &hookLog{memLog: inner}
 	ran := false
 	log.beforeGet = func(name string) {

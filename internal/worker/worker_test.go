@@ -16,7 +16,7 @@ import (
 
 	"github.com/turnlog/turnlog/internal/replay"
 	"github.com/turnlog/turnlog/internal/turnlog"
-	"github.com/turnlog/turnlog/internal/turnlog/turnlogtest"
+	"github.com/turnlog/turnlog/internal/testutil/loggen"
 )
 
 // memLog is a Log in memory that counts the events runs read.
@@ -164,7 +164,7 @@ func TestAssembleReportsDiscardedEnvelopes(t *testing.T) {
 // counts that replaying it whole does.
 func TestReplayInRunsMatchesAWholeReplay(t *testing.T) {
 	ctx := context.Background()
-	data := turnlogtest.Log(400, 3)
+	data := loggen.Log(400, 3)
 	all := bytes.SplitAfter(data, []byte("\n"))
 	log := newMemLog(t, nil)
 	var runs []derived.Summary
@@ -189,8 +189,8 @@ func TestReplayInRunsMatchesAWholeReplay(t *testing.T) {
 	if got, want := last.Replay.Native, int64(whole.Counts.Native); got != want || got == 0 {
 		t.Fatalf("native: got %d, want %d", got, want)
 	}
-	if want := (turnlog.Adapter{Kind: turnlogtest.Adapter.Kind, API: turnlogtest.Adapter.API, Provider: turnlogtest.Adapter.Provider,
-		Model: turnlogtest.Adapter.Model, ReleaseLine: turnlog.DefaultReleaseLine}); last.Replay.Target != want {
+	if want := (turnlog.Adapter{Kind: loggen.Adapter.Kind, API: loggen.Adapter.API, Provider: loggen.Adapter.Provider,
+		Model: loggen.Adapter.Model, ReleaseLine: turnlog.DefaultReleaseLine}); last.Replay.Target != want {
 		t.Fatalf("target: got %+v, want the session/start adapter on the default release line %+v", last.Replay.Target, want)
 	}
 

@@ -23,7 +23,7 @@ import (
 
 	"github.com/turnlog/turnlog/agenthost"
 	"github.com/turnlog/turnlog/internal/derived"
-	"github.com/turnlog/turnlog/internal/pitest"
+	"github.com/turnlog/turnlog/internal/testutil/pitest"
 	"github.com/turnlog/turnlog/internal/replay"
 	"github.com/turnlog/turnlog/internal/sessionlog"
 	"github.com/turnlog/turnlog/internal/testutil/versitygw"

@@ -3,6 +3,7 @@ package pirecord
 import (
 	"context"
 	"fmt"
+	"github.com/turnlog/turnlog/internal/testutil/controlplane"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,10 +11,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/turnlog/turnlog/agenthost"
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
@@ -22,49 +20,15 @@ import (
 )
 
 // startAPIServer starts kube-apiserver and etcd with turnlog's CRDs and
-// returns a client and a kubeconfig file for pi.
+// returns a client and a kubeconfig file for pi; without the control
+// plane's binaries it skips, except in CI.
 func startAPIServer(t *testing.T) (client.Client, string) {
 	t.Helper()
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		home, _ := os.UserHomeDir()
-		assets = filepath.Join(home, ".local", "share", "kubebuilder-envtest", "k8s", "1.37.2-linux-amd64")
+	if !controlplane.Available() && os.Getenv("CI") != "true" {
+		t.Skipf("no control plane in %s: run `make control-plane`", controlplane.Assets())
 	}
-	if _, err := os.Stat(filepath.Join(assets, "kube-apiserver")); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("no control plane in %s: run `make control-plane`", assets)
-		}
-		t.Skipf("no control plane in %s: run `make control-plane`", assets)
-	}
-	env := &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-		BinaryAssetsDirectory: assets,
-	}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	scheme := runtime.NewScheme()
-	utilruntime.Must(turnlogv1.AddToScheme(scheme))
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	user, err := env.AddUser(envtest.User{Name: "pi-user", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc, err := user.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(path, kc, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return c, path
+	cp := controlplane.Start(t, filepath.Join("..", ".."), controlplane.Options{User: "pi-user"})
+	return cp.Client, cp.Kubeconfig
 }
 
 // TestSessionThroughTheAPIServer: with a kubeconfig, the package creates

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/turnlog/turnlog/internal/testutil/controlplane"
 	"io"
 	"net"
 	"net/http"
@@ -24,10 +25,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -210,43 +208,12 @@ func start(t *testing.T) *harness {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	logf.SetLogger(zap.New(zap.WriteTo(io.Discard)))
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		home, _ := os.UserHomeDir()
-		assets = filepath.Join(home, ".local", "share", "kubebuilder-envtest", "k8s", "1.37.2-linux-amd64")
-	}
-	env := &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-		BinaryAssetsDirectory: assets,
-	}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("start the control plane from %s: %v", assets, err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	cfg.QPS, cfg.Burst = 1000, 2000
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = turnlogv1.AddToScheme(scheme)
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin, err := env.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc, err := admin.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
+	cp := controlplane.Start(t, filepath.Join("..", ".."), controlplane.Options{QPS: 1000, Burst: 2000})
+	c := cp.Client
 	dir := t.TempDir()
-	h := &harness{t: t, ctx: ctx, c: c, kubeconfig: filepath.Join(dir, "kubeconfig"), dir: dir}
-	if err := os.WriteFile(h.kubeconfig, kc, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	h := &harness{t: t, ctx: ctx, c: c, kubeconfig: cp.Kubeconfig, dir: dir}
 	var b store.Bucket
+	var err error
 	switch *flagStore {
 	case "file":
 		root := filepath.Join(dir, "store")

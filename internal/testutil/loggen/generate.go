@@ -1,7 +1,7 @@
-// Package turnlogtest generates realistic session logs for tests and
+// Package loggen generates realistic session logs for tests and
 // benchmarks: pi-ai shaped turns with thinking, text and tool-call streams,
 // version-2 replay envelopes and tool results of a few kilobytes.
-package turnlogtest
+package loggen
 
 import (
 	"bytes"

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/turnlog/turnlog/internal/store"
-	"github.com/turnlog/turnlog/internal/store/storetest"
+	"github.com/turnlog/turnlog/internal/testutil/storetest"
 )
 
 func TestFaultyScript(t *testing.T) {
