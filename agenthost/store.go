@@ -4,11 +4,12 @@ import (
 	"context"
 	"io"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/turnlog/turnlog/internal/derived"
 	"github.com/turnlog/turnlog/internal/sessionio"
 	"github.com/turnlog/turnlog/internal/sessionlog"
 	"github.com/turnlog/turnlog/internal/store"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // Store is the object store Sessions keep their logs in.

@@ -77,8 +77,8 @@ func runReplay(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	// the same bytes.
 	out := derived.Transcript{Diagnostics: []replay.Diagnostic{}}
 	opts := replay.Options{
-		Target:    target,
-		Through:   *through,
+		Target:       target,
+		Through:      *through,
 		OnDiagnostic: func(d replay.Diagnostic) { out.Diagnostics = append(out.Diagnostics, d) },
 	}
 	if opts.Through < 0 {

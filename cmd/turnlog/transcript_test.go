@@ -4,12 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/turnlog/turnlog/internal/testutil/controlplane"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/turnlog/turnlog/internal/testutil/controlplane"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 

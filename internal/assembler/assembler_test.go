@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/turnlog/turnlog/internal/assembler"
-	"github.com/turnlog/turnlog/internal/turnlog"
 	"github.com/turnlog/turnlog/internal/testutil/loggen"
+	"github.com/turnlog/turnlog/internal/turnlog"
 )
 
 // turnLog builds a valid one-turn log from event bodies: seq, type and turn

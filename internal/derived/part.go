@@ -6,9 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/turnlog/turnlog/internal/turnlog"
 	"hash/crc32"
 	"slices"
+
+	"github.com/turnlog/turnlog/internal/turnlog"
 
 	gojson "github.com/goccy/go-json"
 

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/turnlog/turnlog/internal/replay"
-	"github.com/turnlog/turnlog/internal/turnlog"
 	"github.com/turnlog/turnlog/internal/testutil/loggen"
+	"github.com/turnlog/turnlog/internal/turnlog"
 )
 
 // BenchmarkReplay replays a generated 100,000-event log side by side with a

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/turnlog/turnlog/internal/turnlog"
 	"github.com/turnlog/turnlog/internal/testutil/loggen"
+	"github.com/turnlog/turnlog/internal/turnlog"
 )
 
 // benchLog is a generated 100,000-event session: pi-ai shaped streams,

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/turnlog/turnlog/internal/turnlog"
 	"github.com/turnlog/turnlog/internal/testutil/loggen"
+	"github.com/turnlog/turnlog/internal/turnlog"
 )
 
 // readAll reads a log to the end, collecting events and every problem.

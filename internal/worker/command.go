@@ -6,10 +6,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/turnlog/turnlog/internal/derived"
 	"io"
 	"os"
 	"strings"
+
+	"github.com/turnlog/turnlog/internal/derived"
 
 	"github.com/turnlog/turnlog/internal/sessionlog"
 	"github.com/turnlog/turnlog/internal/store"

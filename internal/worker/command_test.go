@@ -3,10 +3,11 @@ package worker
 import (
 	"bytes"
 	"fmt"
-	"github.com/turnlog/turnlog/internal/derived"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/turnlog/turnlog/internal/derived"
 
 	"github.com/turnlog/turnlog/internal/sessionlog"
 	"github.com/turnlog/turnlog/internal/turnlog"

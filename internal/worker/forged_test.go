@@ -4,9 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/turnlog/turnlog/internal/derived"
 	"strings"
 	"testing"
+
+	"github.com/turnlog/turnlog/internal/derived"
 
 	"github.com/turnlog/turnlog/internal/testutil/loggen"
 )

@@ -4,11 +4,12 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"github.com/turnlog/turnlog/internal/derived"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/turnlog/turnlog/internal/derived"
 
 	"github.com/turnlog/turnlog/internal/sessionlog"
 	"github.com/turnlog/turnlog/internal/store"

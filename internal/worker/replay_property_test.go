@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/turnlog/turnlog/internal/derived"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -14,10 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/turnlog/turnlog/internal/derived"
+
 	"github.com/turnlog/turnlog/internal/forkcut"
 	"github.com/turnlog/turnlog/internal/replay"
-	"github.com/turnlog/turnlog/internal/turnlog"
 	"github.com/turnlog/turnlog/internal/testutil/loggen"
+	"github.com/turnlog/turnlog/internal/turnlog"
 )
 
 // For random logs — toolUse turns answered by the next turn, aborted and

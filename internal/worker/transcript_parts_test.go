@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/turnlog/turnlog/internal/derived"
 	"hash/crc32"
 	"math/bits"
 	"regexp"
@@ -14,9 +13,11 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/turnlog/turnlog/internal/derived"
+
 	"github.com/turnlog/turnlog/internal/replay"
-	"github.com/turnlog/turnlog/internal/turnlog"
 	"github.com/turnlog/turnlog/internal/testutil/loggen"
+	"github.com/turnlog/turnlog/internal/turnlog"
 )
 
 // wholeReplay is what `turnlog replay` gives for the log through its head.

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/turnlog/turnlog/internal/derived"
 	"io"
 	"os"
 	"path/filepath"
@@ -14,9 +13,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/turnlog/turnlog/internal/derived"
+
 	"github.com/turnlog/turnlog/internal/replay"
-	"github.com/turnlog/turnlog/internal/turnlog"
 	"github.com/turnlog/turnlog/internal/testutil/loggen"
+	"github.com/turnlog/turnlog/internal/turnlog"
 )
 
 // memLog is a Log in memory that counts the events runs read.

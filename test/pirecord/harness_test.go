@@ -23,9 +23,9 @@ import (
 
 	"github.com/turnlog/turnlog/agenthost"
 	"github.com/turnlog/turnlog/internal/derived"
-	"github.com/turnlog/turnlog/internal/testutil/pitest"
 	"github.com/turnlog/turnlog/internal/replay"
 	"github.com/turnlog/turnlog/internal/sessionlog"
+	"github.com/turnlog/turnlog/internal/testutil/pitest"
 	"github.com/turnlog/turnlog/internal/testutil/versitygw"
 	"github.com/turnlog/turnlog/internal/turnlog"
 	"github.com/turnlog/turnlog/internal/worker"

@@ -3,12 +3,13 @@ package pirecord
 import (
 	"context"
 	"fmt"
-	"github.com/turnlog/turnlog/internal/testutil/controlplane"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/turnlog/turnlog/internal/testutil/controlplane"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
