@@ -371,30 +371,7 @@ func (r *SessionReconciler) reconcileWork(ctx context.Context, s *sessionScope) 
 		}
 		switch w := st.Worker; {
 		case out.Failed && w.FailedAttempt != out.Attempt:
-			w.Failures++
-			w.FailedAttempt = out.Attempt
-			w.Trigger = trigger(s.session, run.Invocation)
-			w.Message = truncate(out.Message, 1024)
-			if r.MaxWorkerFailures > 0 && w.Failures >= r.MaxWorkerFailures {
-				w.RetryAt = nil
-				if r.firstReport(s.session, "failed/"+run.Name, fmt.Sprint(out.Attempt)) {
-					r.Recorder.Eventf(s.session, nil, "Warning", turnlogv1.EventWorkerFailedPermanently, "Run",
-						"%s run %s failed %d times and is not retried until the Session is nudged or its spec changes: %s",
-						run.Task, run.Name, w.Failures, truncate(out.Message, 700))
-				}
-				s.ready = workerFailedPermanently(run, w)
-				return nil
-			}
-			backoff := retryBackoff(w.Failures)
-			w.RetryAt = &metav1.Time{Time: time.Now().Add(backoff).Truncate(time.Second)}
-			// A reconcile on a cache that has not seen this status yet
-			// finds the same failure again; announce it once.
-			if r.firstReport(s.session, "failed/"+run.Name, fmt.Sprint(out.Attempt)) {
-				r.Recorder.Eventf(s.session, nil, "Warning", turnlogv1.EventWorkerFailed, "Run",
-					"%s run %s failed (attempt %d): %s", run.Task, run.Name, w.Failures, truncate(out.Message, 800))
-			}
-			s.ready = workerFailed(run, w)
-			s.result.RequeueAfter = backoff
+			r.countFailure(s, run, w, out)
 			return nil
 		case out.Failed:
 			// The backoff after this failure is over.
@@ -409,6 +386,37 @@ func (r *SessionReconciler) reconcileWork(ctx context.Context, s *sessionScope) 
 		return nil
 	}
 	return nil
+}
+
+// countFailure records a failed attempt of run in w (status.worker), and
+// either schedules the next attempt after a backoff or gives the run up
+// once it has failed --worker-max-failures times; each is announced once.
+func (r *SessionReconciler) countFailure(s *sessionScope, run WorkerRun, w *turnlogv1.WorkerRun, out WorkerOutcome) {
+	w.Failures++
+	w.FailedAttempt = out.Attempt
+	w.Trigger = trigger(s.session, run.Invocation)
+	w.Message = truncate(out.Message, 1024)
+	// A reconcile on a cache that has not seen this status yet finds the
+	// same failure again; announce it once.
+	announce := r.firstReport(s.session, "failed/"+run.Name, fmt.Sprint(out.Attempt))
+	if r.MaxWorkerFailures > 0 && w.Failures >= r.MaxWorkerFailures {
+		w.RetryAt = nil
+		if announce {
+			r.Recorder.Eventf(s.session, nil, "Warning", turnlogv1.EventWorkerFailedPermanently, "Run",
+				"%s run %s failed %d times and is not retried until the Session is nudged or its spec changes: %s",
+				run.Task, run.Name, w.Failures, truncate(out.Message, 700))
+		}
+		s.ready = workerFailedPermanently(run, w)
+		return
+	}
+	backoff := retryBackoff(w.Failures)
+	w.RetryAt = &metav1.Time{Time: time.Now().Add(backoff).Truncate(time.Second)}
+	if announce {
+		r.Recorder.Eventf(s.session, nil, "Warning", turnlogv1.EventWorkerFailed, "Run",
+			"%s run %s failed (attempt %d): %s", run.Task, run.Name, w.Failures, truncate(out.Message, 800))
+	}
+	s.ready = workerFailed(run, w)
+	s.result.RequeueAfter = backoff
 }
 
 // reached says how far the results of task are.

@@ -46,60 +46,14 @@ func (s *Store) CopyPrefix(ctx context.Context, src, dst Location, cut int64) er
 	}
 	fail := func(err error) error { return fmt.Errorf("copy %s through seq %d to %s: %w", src, cut, dst, err) }
 
-	segs, err := from.listSegments(ctx)
+	plan, err := from.planPrefix(ctx, cut)
 	if err != nil {
 		return fail(err)
 	}
-	if len(segs) == 0 {
-		return fail(fmt.Errorf("%w: the source log is empty", ErrBeyondHead))
-	}
-	// i is the segment holding cut, if the log reaches that far.
-	i := sort.Search(len(segs), func(i int) bool { return segs[i].first > cut }) - 1
-	whole := segs[:i]
-	var tail []tailPiece // segment i through cut, if cut is inside it
-	if i+1 < len(segs) && segs[i+1].first == cut+1 {
-		whole = segs[:i+1] // cut is a segment boundary: nothing to read
-	} else {
-		var plan tailPlan
-		n, err := from.streamSegment(ctx, segs[i], func() { plan = tailPlan{} }, func(e Event) error {
-			if e.Seq <= cut {
-				plan.add(e)
-			}
-			return nil
-		})
-		if err != nil {
-			return fail(err)
-		}
-		if i+1 < len(segs) && segs[i].first+n != segs[i+1].first {
-			return fail(boundaryError(segs[i], n, segs[i+1]))
-		}
-		switch last := segs[i].first + n - 1; {
-		case cut > last:
-			return fail(fmt.Errorf("%w: the log ends at seq %d", ErrBeyondHead, last))
-		case cut == last:
-			whole = segs[:i+1]
-		default:
-			tail = plan.done()
-		}
-	}
-
-	// What dst may already hold: exactly this plan, partly done.
-	want := map[string]int64{}
-	for _, seg := range whole {
-		want[to.segmentKey(seg.first)] = seg.size
-	}
-	for _, p := range tail {
-		want[to.segmentKey(p.first)] = p.size
-	}
-	done := map[string]bool{}
-	for o, err := range s.bucket.List(ctx, to.root) {
-		if err != nil {
-			return fail(err)
-		}
-		if size, ok := want[o.Key]; !ok || size != o.Size {
-			return fail(fmt.Errorf("%w: found %s", ErrDestinationNotEmpty, o.Key))
-		}
-		done[o.Key] = true
+	segs, i, whole, tail := plan.segs, plan.i, plan.whole, plan.tail
+	done, err := s.copiedAlready(ctx, to, whole, tail)
+	if err != nil {
+		return fail(err)
 	}
 
 	// The object holding the cut is created last, once every other one is
@@ -143,6 +97,80 @@ func (s *Store) CopyPrefix(ctx context.Context, src, dst Location, cut int64) er
 		return fail(err)
 	}
 	return nil
+}
+
+// prefixPlan is what copying a log's prefix through a cut takes: the
+// segments copied whole and the pieces of the segment holding the cut (i,
+// of segs) that are written again without its tail.
+type prefixPlan struct {
+	segs  []segment
+	i     int
+	whole []segment
+	tail  []tailPiece
+}
+
+// planPrefix plans the copy of l's events 0..cut, reading at most the
+// segment that holds the cut.
+func (l *Log) planPrefix(ctx context.Context, cut int64) (prefixPlan, error) {
+	segs, err := l.listSegments(ctx)
+	if err != nil {
+		return prefixPlan{}, err
+	}
+	if len(segs) == 0 {
+		return prefixPlan{}, fmt.Errorf("%w: the source log is empty", ErrBeyondHead)
+	}
+	// i is the segment holding cut, if the log reaches that far.
+	i := sort.Search(len(segs), func(i int) bool { return segs[i].first > cut }) - 1
+	p := prefixPlan{segs: segs, i: i, whole: segs[:i]}
+	if i+1 < len(segs) && segs[i+1].first == cut+1 {
+		p.whole = segs[:i+1] // cut is a segment boundary: nothing to read
+		return p, nil
+	}
+	var tp tailPlan
+	n, err := l.streamSegment(ctx, segs[i], func() { tp = tailPlan{} }, func(e Event) error {
+		if e.Seq <= cut {
+			tp.add(e)
+		}
+		return nil
+	})
+	if err != nil {
+		return prefixPlan{}, err
+	}
+	if i+1 < len(segs) && segs[i].first+n != segs[i+1].first {
+		return prefixPlan{}, boundaryError(segs[i], n, segs[i+1])
+	}
+	switch last := segs[i].first + n - 1; {
+	case cut > last:
+		return prefixPlan{}, fmt.Errorf("%w: the log ends at seq %d", ErrBeyondHead, last)
+	case cut == last:
+		p.whole = segs[:i+1]
+	default:
+		p.tail = tp.done()
+	}
+	return p, nil
+}
+
+// copiedAlready returns the objects of the plan that dst holds already:
+// dst may hold exactly this plan, partly done, and nothing else.
+func (s *Store) copiedAlready(ctx context.Context, to *Log, whole []segment, tail []tailPiece) (map[string]bool, error) {
+	want := map[string]int64{}
+	for _, seg := range whole {
+		want[to.segmentKey(seg.first)] = seg.size
+	}
+	for _, p := range tail {
+		want[to.segmentKey(p.first)] = p.size
+	}
+	done := map[string]bool{}
+	for o, err := range s.bucket.List(ctx, to.root) {
+		if err != nil {
+			return nil, err
+		}
+		if size, ok := want[o.Key]; !ok || size != o.Size {
+			return nil, fmt.Errorf("%w: found %s", ErrDestinationNotEmpty, o.Key)
+		}
+		done[o.Key] = true
+	}
+	return done, nil
 }
 
 // copySegment copies seg into to's log inside the service, unless done
