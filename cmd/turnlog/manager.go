@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -34,54 +35,8 @@ func init() {
 
 func runManager(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writer) int {
 	fs := newFlagSet("manager", "", stderr)
-	metricsAddr := fs.String("metrics-bind-address", "0", "address of the metrics endpoint, e.g. :8443 (HTTPS) or :8080 (HTTP); 0 disables it")
-	secureMetrics := fs.Bool("metrics-secure", true, "serve metrics over HTTPS, authenticated and authorized through the API server")
-	enableHTTP2 := fs.Bool("enable-http2", false, "serve metrics over HTTP/2 too (off: HTTP/2 Rapid Reset and Stream Cancellation CVEs)")
-	probeAddr := fs.String("health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints")
-	leaderElect := fs.Bool("leader-elect", false, "elect a leader, so that only one manager reconciles at a time")
-	storeURL := fs.String("store-url", "", "URL of the store named \"default\", the store of Sessions without spec.storage.store (s3://, gs://, azblob://, file://, mem://)")
-	var storeFlags []controllers.StoreConfig
-	fs.Func("store", "a named store Sessions can pick with spec.storage.store, as NAME=URL (repeatable)", func(v string) error {
-		sc, err := controllers.ParseStoreFlag(v)
-		storeFlags = append(storeFlags, sc)
-		return err
-	})
-	storesFile := fs.String("stores-file", "", "file of named stores, one \"NAME URL [PREFIX]\" per line (e.g. a mounted ConfigMap key)")
-	var namespaces []string
-	fs.Func("watch-namespace", "watch only this namespace (repeatable); the manager then needs permissions only there; default: every namespace", func(v string) error {
-		if errs := validation.IsDNS1123Label(v); len(errs) > 0 {
-			return fmt.Errorf("%q: %s", v, strings.Join(errs, "; "))
-		}
-		namespaces = append(namespaces, v)
-		return nil
-	})
-	storeTimeout := fs.Duration("store-timeout", controllers.DefaultStoreTimeout, "how long one look at a Session may wait for its store (the probe, the head, the checkpoints) before it is reported StoreUnavailable and retried")
-	reconcileDeadline := fs.Duration("reconcile-deadline", controllers.DefaultReconcileDeadline, "how long one reconcile (worker runs inside the manager included) may run before its context ends; one still running a minute later fails the liveness check (/healthz), so the manager is restarted")
-	deletionTimeout := fs.Duration("deletion-timeout", controllers.DefaultDeletionTimeout, "how long a deleted Session with retention Delete waits for its store before it is released with its log left in place")
-	orphanNamespace := fs.String("orphan-namespace", os.Getenv("POD_NAMESPACE"), "namespace where a log left in place by --deletion-timeout is recorded (a ConfigMap labelled "+controllers.LabelOrphanedLog+") until the orphan sweep deletes it; default: the manager's own ($POD_NAMESPACE); empty: not recorded, only the LogOrphaned Event names it")
-	orphanSweep := fs.Duration("orphan-sweep-interval", controllers.DefaultOrphanSweepInterval, "how often recorded orphaned logs are deleted again")
-	pollInterval := fs.Duration("poll-interval", time.Minute, "how often a busy Session's log is looked at without a nudge")
-	maxPollInterval := fs.Duration("max-poll-interval", time.Hour, "how seldom a Session whose log has been quiet at least this long is looked at without a nudge")
-	workerMode := fs.String("worker-mode", controllers.WorkerModePod, "where assembly and replay run: pod (a Job per run) or local (inside the manager)")
-	workerImage := fs.String("worker-image", "", "image of worker pods; its entrypoint is the turnlog binary")
-	workerSA := fs.String("worker-service-account", "", "service account of worker pods (its token is never mounted); empty: the namespace's default")
-	workerSecret := fs.String("worker-credentials-secret", "", "Secret in each Session's namespace whose keys become the worker's environment (store credentials)")
-	workerCPU := fs.String("worker-cpu-request", "100m", "CPU request of a worker pod")
-	workerCPULimit := fs.String("worker-cpu-limit", "1", "CPU limit of a worker pod; 0 for none")
-	workerMaxFailures := fs.Int("worker-max-failures", controllers.DefaultWorkerMaxFailures, "failed attempts of a worker run before it is given up until the Session is nudged or its spec changes")
-	workerMemory := fs.String("worker-memory-limit", "512Mi", "memory request and limit of a worker pod")
-	workerBackoff := fs.Int("worker-backoff-limit", 3, "pod retries of a worker Job before it fails")
-	workerDeadline := fs.Duration("worker-active-deadline", 15*time.Minute, "longest a worker Job may run, retries included")
-	workerTTL := fs.Duration("worker-ttl-after-finished", time.Hour, "how long finished worker Jobs are kept")
-	var limits controllers.Limits
-	fs.IntVar(&limits.ConcurrentReconciles, "concurrent-reconciles", controllers.DefaultConcurrentReconciles, "reconciles each controller (Sessions, SessionForks) runs at once")
-	fs.IntVar(&limits.NamespaceConcurrentReconciles, "namespace-concurrent-reconciles", controllers.DefaultNamespaceConcurrentReconciles, "of those, how many one namespace's objects may hold, so that other namespaces always find one free")
-	fs.Float64Var(&limits.NamespaceReconcileRate, "namespace-reconcile-rate", 0, "reconciles per second each controller gives one namespace's objects (nudges, polls, appends); over it they wait, coalesced; 0: no limit")
-	fs.IntVar(&limits.NamespaceReconcileBurst, "namespace-reconcile-burst", 0, "bursts allowed over --namespace-reconcile-rate; 0: twice the rate")
-	fs.IntVar(&limits.NamespaceWorkerRuns, "namespace-worker-runs", controllers.DefaultNamespaceWorkerRuns, "worker runs (Jobs, or runs inside the manager) one namespace may have going at once")
-	fs.IntVar(&limits.LocalWorkerRuns, "local-worker-runs", controllers.DefaultLocalWorkerRuns, "worker runs the manager runs at once inside its own process (--worker-mode=local)")
-	fs.IntVar(&limits.ForkCopies, "fork-copies", controllers.DefaultForkCopies, "forks the manager cuts and copies at once")
-	fs.IntVar(&limits.NamespaceForkCopies, "namespace-fork-copies", controllers.DefaultNamespaceForkCopies, "of those, how many may be one namespace's")
+	var f managerFlags
+	f.bind(fs)
 	config.RegisterFlags(fs)
 	zapOpts := zap.Options{Development: false}
 	zapOpts.BindFlags(fs)
@@ -94,83 +49,20 @@ func runManager(ctx context.Context, args []string, _ io.Reader, _, stderr io.Wr
 		return fail(stderr, "manager", err)
 	}
 	// Flag values the manager cannot run with are usage errors (exit 2).
-	resources, err := workerResources(*workerCPU, *workerCPULimit, *workerMemory)
+	resources, err := f.check()
 	if err != nil {
 		return usageError(fs, err)
 	}
-	if *workerMaxFailures < 1 {
-		return usageError(fs, fmt.Errorf("--worker-max-failures %d: must be at least 1", *workerMaxFailures))
-	}
-	if *storeTimeout <= 0 {
-		return usageError(fs, fmt.Errorf("--store-timeout %s: must be positive", *storeTimeout))
-	}
-	if *deletionTimeout <= 0 {
-		return usageError(fs, fmt.Errorf("--deletion-timeout %s: must be positive", *deletionTimeout))
-	}
-	if *reconcileDeadline <= 0 {
-		return usageError(fs, fmt.Errorf("--reconcile-deadline %s: must be positive", *reconcileDeadline))
-	}
-	if err := checkLimits(limits); err != nil {
-		return usageError(fs, err)
-	}
-	stores, err := managerStores(*storeURL, storeFlags, *storesFile)
+	stores, err := managerStores(f.storeURL, f.stores, f.storesFile)
 	if err != nil {
 		return fail(stderr, "manager", err)
 	}
 	defer closeWithin(stores, 5*time.Second)
-	scheme := runtime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
-	utilruntime.Must(turnlogv1.AddToScheme(scheme))
-
-	var tlsOpts []func(*tls.Config)
-	if !*enableHTTP2 {
-		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
-	}
-	metricsOpts := metricsserver.Options{BindAddress: *metricsAddr, SecureServing: *secureMetrics, TLSOpts: tlsOpts}
-	if *secureMetrics {
-		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
-	}
-	restConfig, err := ctrl.GetConfig()
+	mgr, err := f.newManager()
 	if err != nil {
 		return fail(stderr, "manager", err)
 	}
-	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsOpts,
-		HealthProbeBindAddress: *probeAddr,
-		LeaderElection:         *leaderElect,
-		LeaderElectionID:       "turnlog-manager.turnlog.dev",
-		// Within the Deployment's terminationGracePeriodSeconds: reconciles
-		// that do not end by then are abandoned, not waited for.
-		GracefulShutdownTimeout: ptr.To(shutdownGrace),
-		Cache:                   controllers.CacheOptions(namespaces...),
-	})
-	if err != nil {
-		return fail(stderr, "manager", fmt.Errorf("create the manager: %w", err))
-	}
-	cfg := controllers.Config{
-		Stores:              stores,
-		WorkerMode:          *workerMode,
-		PollInterval:        *pollInterval,
-		MaxPollInterval:     *maxPollInterval,
-		WorkerMaxFailures:   int32(*workerMaxFailures),
-		DeletionTimeout:     *deletionTimeout,
-		StoreTimeout:        *storeTimeout,
-		Limits:              limits,
-		ReconcileDeadline:   *reconcileDeadline,
-		OrphanNamespace:     *orphanNamespace,
-		OrphanSweepInterval: *orphanSweep,
-		Jobs: controllers.JobSettings{
-			Image:                   *workerImage,
-			ServiceAccount:          *workerSA,
-			CredentialsSecret:       *workerSecret,
-			Resources:               resources,
-			BackoffLimit:            int32(*workerBackoff),
-			ActiveDeadlineSeconds:   int64(workerDeadline.Seconds()),
-			TTLSecondsAfterFinished: int32(workerTTL.Seconds()),
-		},
-	}
-	if err := controllers.Setup(ctx, mgr, cfg); err != nil {
+	if err := controllers.Setup(ctx, mgr, f.controllersConfig(stores, resources)); err != nil {
 		return fail(stderr, "manager", err)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -183,6 +75,155 @@ func runManager(ctx context.Context, args []string, _ io.Reader, _, stderr io.Wr
 		return fail(stderr, "manager", err)
 	}
 	return 0
+}
+
+// managerFlags are `turnlog manager`'s own flags.
+type managerFlags struct {
+	metricsAddr, probeAddr            string
+	secureMetrics, http2, leaderElect bool
+	storeURL, storesFile              string
+	stores                            []controllers.StoreConfig
+	namespaces                        []string
+	storeTimeout, reconcileDeadline   time.Duration
+	deletionTimeout, orphanSweep      time.Duration
+	orphanNamespace                   string
+	pollInterval, maxPollInterval     time.Duration
+	workerMode, workerImage           string
+	workerSA, workerSecret            string
+	workerCPU, workerCPULimit         string
+	workerMemory                      string
+	workerMaxFailures, workerBackoff  int
+	workerDeadline, workerTTL         time.Duration
+	limits                            controllers.Limits
+}
+
+func (f *managerFlags) bind(fs *flag.FlagSet) {
+	fs.StringVar(&f.metricsAddr, "metrics-bind-address", "0", "address of the metrics endpoint, e.g. :8443 (HTTPS) or :8080 (HTTP); 0 disables it")
+	fs.BoolVar(&f.secureMetrics, "metrics-secure", true, "serve metrics over HTTPS, authenticated and authorized through the API server")
+	fs.BoolVar(&f.http2, "enable-http2", false, "serve metrics over HTTP/2 too (off: HTTP/2 Rapid Reset and Stream Cancellation CVEs)")
+	fs.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints")
+	fs.BoolVar(&f.leaderElect, "leader-elect", false, "elect a leader, so that only one manager reconciles at a time")
+	fs.StringVar(&f.storeURL, "store-url", "", "URL of the store named \"default\", the store of Sessions without spec.storage.store (s3://, gs://, azblob://, file://, mem://)")
+	fs.Func("store", "a named store Sessions can pick with spec.storage.store, as NAME=URL (repeatable)", func(v string) error {
+		sc, err := controllers.ParseStoreFlag(v)
+		f.stores = append(f.stores, sc)
+		return err
+	})
+	fs.StringVar(&f.storesFile, "stores-file", "", "file of named stores, one \"NAME URL [PREFIX]\" per line (e.g. a mounted ConfigMap key)")
+	fs.Func("watch-namespace", "watch only this namespace (repeatable); the manager then needs permissions only there; default: every namespace", func(v string) error {
+		if errs := validation.IsDNS1123Label(v); len(errs) > 0 {
+			return fmt.Errorf("%q: %s", v, strings.Join(errs, "; "))
+		}
+		f.namespaces = append(f.namespaces, v)
+		return nil
+	})
+	fs.DurationVar(&f.storeTimeout, "store-timeout", controllers.DefaultStoreTimeout, "how long one look at a Session may wait for its store (the probe, the head, the checkpoints) before it is reported StoreUnavailable and retried")
+	fs.DurationVar(&f.reconcileDeadline, "reconcile-deadline", controllers.DefaultReconcileDeadline, "how long one reconcile (worker runs inside the manager included) may run before its context ends; one still running a minute later fails the liveness check (/healthz), so the manager is restarted")
+	fs.DurationVar(&f.deletionTimeout, "deletion-timeout", controllers.DefaultDeletionTimeout, "how long a deleted Session with retention Delete waits for its store before it is released with its log left in place")
+	fs.StringVar(&f.orphanNamespace, "orphan-namespace", os.Getenv("POD_NAMESPACE"), "namespace where a log left in place by --deletion-timeout is recorded (a ConfigMap labelled "+controllers.LabelOrphanedLog+") until the orphan sweep deletes it; default: the manager's own ($POD_NAMESPACE); empty: not recorded, only the LogOrphaned Event names it")
+	fs.DurationVar(&f.orphanSweep, "orphan-sweep-interval", controllers.DefaultOrphanSweepInterval, "how often recorded orphaned logs are deleted again")
+	fs.DurationVar(&f.pollInterval, "poll-interval", time.Minute, "how often a busy Session's log is looked at without a nudge")
+	fs.DurationVar(&f.maxPollInterval, "max-poll-interval", time.Hour, "how seldom a Session whose log has been quiet at least this long is looked at without a nudge")
+	fs.StringVar(&f.workerMode, "worker-mode", controllers.WorkerModePod, "where assembly and replay run: pod (a Job per run) or local (inside the manager)")
+	fs.StringVar(&f.workerImage, "worker-image", "", "image of worker pods; its entrypoint is the turnlog binary")
+	fs.StringVar(&f.workerSA, "worker-service-account", "", "service account of worker pods (its token is never mounted); empty: the namespace's default")
+	fs.StringVar(&f.workerSecret, "worker-credentials-secret", "", "Secret in each Session's namespace whose keys become the worker's environment (store credentials)")
+	fs.StringVar(&f.workerCPU, "worker-cpu-request", "100m", "CPU request of a worker pod")
+	fs.StringVar(&f.workerCPULimit, "worker-cpu-limit", "1", "CPU limit of a worker pod; 0 for none")
+	fs.IntVar(&f.workerMaxFailures, "worker-max-failures", controllers.DefaultWorkerMaxFailures, "failed attempts of a worker run before it is given up until the Session is nudged or its spec changes")
+	fs.StringVar(&f.workerMemory, "worker-memory-limit", "512Mi", "memory request and limit of a worker pod")
+	fs.IntVar(&f.workerBackoff, "worker-backoff-limit", 3, "pod retries of a worker Job before it fails")
+	fs.DurationVar(&f.workerDeadline, "worker-active-deadline", 15*time.Minute, "longest a worker Job may run, retries included")
+	fs.DurationVar(&f.workerTTL, "worker-ttl-after-finished", time.Hour, "how long finished worker Jobs are kept")
+	l := &f.limits
+	fs.IntVar(&l.ConcurrentReconciles, "concurrent-reconciles", controllers.DefaultConcurrentReconciles, "reconciles each controller (Sessions, SessionForks) runs at once")
+	fs.IntVar(&l.NamespaceConcurrentReconciles, "namespace-concurrent-reconciles", controllers.DefaultNamespaceConcurrentReconciles, "of those, how many one namespace's objects may hold, so that other namespaces always find one free")
+	fs.Float64Var(&l.NamespaceReconcileRate, "namespace-reconcile-rate", 0, "reconciles per second each controller gives one namespace's objects (nudges, polls, appends); over it they wait, coalesced; 0: no limit")
+	fs.IntVar(&l.NamespaceReconcileBurst, "namespace-reconcile-burst", 0, "bursts allowed over --namespace-reconcile-rate; 0: twice the rate")
+	fs.IntVar(&l.NamespaceWorkerRuns, "namespace-worker-runs", controllers.DefaultNamespaceWorkerRuns, "worker runs (Jobs, or runs inside the manager) one namespace may have going at once")
+	fs.IntVar(&l.LocalWorkerRuns, "local-worker-runs", controllers.DefaultLocalWorkerRuns, "worker runs the manager runs at once inside its own process (--worker-mode=local)")
+	fs.IntVar(&l.ForkCopies, "fork-copies", controllers.DefaultForkCopies, "forks the manager cuts and copies at once")
+	fs.IntVar(&l.NamespaceForkCopies, "namespace-fork-copies", controllers.DefaultNamespaceForkCopies, "of those, how many may be one namespace's")
+}
+
+// check refuses flag values the manager cannot run with, and returns the
+// worker pods' resources.
+func (f *managerFlags) check() (corev1.ResourceRequirements, error) {
+	resources, err := workerResources(f.workerCPU, f.workerCPULimit, f.workerMemory)
+	switch {
+	case err != nil:
+		return resources, err
+	case f.workerMaxFailures < 1:
+		return resources, fmt.Errorf("--worker-max-failures %d: must be at least 1", f.workerMaxFailures)
+	case f.storeTimeout <= 0:
+		return resources, fmt.Errorf("--store-timeout %s: must be positive", f.storeTimeout)
+	case f.deletionTimeout <= 0:
+		return resources, fmt.Errorf("--deletion-timeout %s: must be positive", f.deletionTimeout)
+	case f.reconcileDeadline <= 0:
+		return resources, fmt.Errorf("--reconcile-deadline %s: must be positive", f.reconcileDeadline)
+	}
+	return resources, checkLimits(f.limits)
+}
+
+// newManager makes the controller-runtime manager: scheme, metrics,
+// probes, leader election and the cache the flags ask for.
+func (f *managerFlags) newManager() (ctrl.Manager, error) {
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(turnlogv1.AddToScheme(scheme))
+	var tlsOpts []func(*tls.Config)
+	if !f.http2 {
+		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
+	}
+	metricsOpts := metricsserver.Options{BindAddress: f.metricsAddr, SecureServing: f.secureMetrics, TLSOpts: tlsOpts}
+	if f.secureMetrics {
+		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	restConfig, err := ctrl.GetConfig()
+	if err != nil {
+		return nil, err
+	}
+	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsOpts,
+		HealthProbeBindAddress: f.probeAddr,
+		LeaderElection:         f.leaderElect,
+		LeaderElectionID:       "turnlog-manager.turnlog.dev",
+		// Within the Deployment's terminationGracePeriodSeconds: reconciles
+		// that do not end by then are abandoned, not waited for.
+		GracefulShutdownTimeout: ptr.To(shutdownGrace),
+		Cache:                   controllers.CacheOptions(f.namespaces...),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create the manager: %w", err)
+	}
+	return mgr, nil
+}
+
+// controllersConfig is the controllers' configuration from the flags.
+func (f *managerFlags) controllersConfig(stores controllers.Stores, resources corev1.ResourceRequirements) controllers.Config {
+	return controllers.Config{
+		Stores:              stores,
+		WorkerMode:          f.workerMode,
+		PollInterval:        f.pollInterval,
+		MaxPollInterval:     f.maxPollInterval,
+		WorkerMaxFailures:   int32(f.workerMaxFailures),
+		DeletionTimeout:     f.deletionTimeout,
+		StoreTimeout:        f.storeTimeout,
+		Limits:              f.limits,
+		ReconcileDeadline:   f.reconcileDeadline,
+		OrphanNamespace:     f.orphanNamespace,
+		OrphanSweepInterval: f.orphanSweep,
+		Jobs: controllers.JobSettings{
+			Image:                   f.workerImage,
+			ServiceAccount:          f.workerSA,
+			CredentialsSecret:       f.workerSecret,
+			Resources:               resources,
+			BackoffLimit:            int32(f.workerBackoff),
+			ActiveDeadlineSeconds:   int64(f.workerDeadline.Seconds()),
+			TTLSecondsAfterFinished: int32(f.workerTTL.Seconds()),
+		},
+	}
 }
 
 // shutdownGrace is how long the manager waits for its reconciles after

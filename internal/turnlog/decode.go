@@ -168,119 +168,144 @@ func (e *Event) check() error {
 	for _, raw := range []*json.RawMessage{&b.Details, &b.NestedCalls, &b.DurationMs, &b.Sections, &b.ToolsAdded, &b.ToolsRemoved, &b.SystemMessage} {
 		*raw = nullToNil(*raw)
 	}
-	missing := func(field string) error {
-		return lineErrorf(seq, ErrInvalidField, "%s: missing field %q", e.Type, field)
+	return e.checkBody()
+}
+
+// missing is the error of a field e's type needs and e lacks.
+func (e *Event) missing(field string) error {
+	return lineErrorf(e.Seq, ErrInvalidField, "%s: missing field %q", e.Type, field)
+}
+
+// needResponse checks the response number of a response's event.
+func (e *Event) needResponse() error {
+	if e.body.Response == absentInt {
+		return e.missing("response")
 	}
-	needEarlierSeq := e.needEarlierSeq
-	needResponse := func() error {
-		if b.Response == absentInt {
-			return missing("response")
-		}
-		if b.Response < 0 {
-			return lineErrorf(seq, ErrInvalidField, `field "response": %d is negative`, b.Response)
-		}
+	if e.body.Response < 0 {
+		return lineErrorf(e.Seq, ErrInvalidField, `field "response": %d is negative`, e.body.Response)
+	}
+	return nil
+}
+
+// needContent checks an event's content: blocks, a string or null.
+func (e *Event) needContent() error {
+	switch jsonKind(e.body.Content) {
+	case "nothing":
+		return e.missing("content")
+	case "an array", "a string", "null":
 		return nil
 	}
-	needContent := func() error {
-		switch jsonKind(b.Content) {
-		case "nothing":
-			return missing("content")
-		case "an array", "a string", "null":
-			return nil
-		}
-		return lineErrorf(seq, ErrInvalidField, `field "content": want an array of blocks, a string or null, got %s`, jsonKind(b.Content))
+	return lineErrorf(e.Seq, ErrInvalidField, `field "content": want an array of blocks, a string or null, got %s`, jsonKind(e.body.Content))
+}
+
+// want checks that an optional field, if there, is of kind.
+func (e *Event) want(field string, raw json.RawMessage, kind string) error {
+	if k := jsonKind(raw); k != "nothing" && k != kind {
+		return lineErrorf(e.Seq, ErrInvalidField, "field %q: want %s, got %s", field, kind, k)
 	}
-	want := func(field string, raw json.RawMessage, kind string) error {
-		if k := jsonKind(raw); k != "nothing" && k != kind {
-			return lineErrorf(seq, ErrInvalidField, "field %q: want %s, got %s", field, kind, k)
-		}
-		return nil
-	}
+	return nil
+}
+
+// checkBody checks the fields e's (known) type needs.
+func (e *Event) checkBody() error {
+	b := &e.body
 	switch e.Type {
 	case TypeUserMessage:
-		return needContent()
+		return e.needContent()
 	case TypeResponseStart:
-		return needResponse()
+		return e.needResponse()
 	case TypeChunk:
-		if err := needResponse(); err != nil {
+		if err := e.needResponse(); err != nil {
 			return err
 		}
 		if b.Block == absentInt {
-			return missing("block")
+			return e.missing("block")
 		}
 		if b.Block < 0 {
-			return lineErrorf(seq, ErrInvalidField, `field "block": %d is negative`, b.Block)
+			return lineErrorf(e.Seq, ErrInvalidField, `field "block": %d is negative`, b.Block)
 		}
 		if b.Delta.Type == "" {
-			return missing("delta.type")
+			return e.missing("delta.type")
 		}
 	case TypeResponseFinish:
-		if err := needResponse(); err != nil {
+		if err := e.needResponse(); err != nil {
 			return err
 		}
 		if b.StopReason == "" {
-			return missing("stopReason")
+			return e.missing("stopReason")
 		}
 	case TypeAssistantMessage:
-		if err := needResponse(); err != nil {
+		if err := e.needResponse(); err != nil {
 			return err
 		}
 		if b.Message == nil {
-			return missing("message")
+			return e.missing("message")
 		}
 	case TypeToolResult:
 		if b.ToolCallID == "" {
-			return missing("toolCallId")
+			return e.missing("toolCallId")
 		}
-		return needContent()
+		return e.needContent()
 	case TypeTurnEnd:
 		if b.Reason == "" {
-			return missing("reason")
+			return e.missing("reason")
 		}
 	case TypeSystemMessage:
-		if err := needContent(); err != nil {
+		if err := e.needContent(); err != nil {
 			return err
 		}
-		return checkSystemMembers("", b.Sections, b.ToolsAdded, b.ToolsRemoved, want)
+		return checkSystemMembers("", b.Sections, b.ToolsAdded, b.ToolsRemoved, e.want)
 	case TypeCompaction:
-		if err := needContent(); err != nil {
-			return err
-		}
-		if err := needEarlierSeq("firstKeptSeq", b.FirstKeptSeq, true); err != nil {
-			return err
-		}
-		if b.TokensBefore != nil && *b.TokensBefore < 0 {
-			return lineErrorf(seq, ErrInvalidField, `field "tokensBefore": %d is negative`, *b.TokensBefore)
-		}
-		if len(b.SystemMessage) > 0 {
-			return checkSystemMessage(seq, b.SystemMessage, want)
-		}
+		return e.checkCompaction()
 	case TypeContextEdit:
-		if err := needEarlierSeq("targetSeq", b.TargetSeq, false); err != nil {
-			return err
-		}
-		switch jsonKind(b.Replacement) {
-		case "nothing":
-			return missing("replacement")
-		case "null":
-		case "an object":
-			var r struct {
-				Content json.RawMessage `json:"content"`
-			}
-			if err := json.Unmarshal(b.Replacement, &r); err != nil || jsonKind(r.Content) == "nothing" {
-				return lineErrorf(seq, ErrInvalidField, `field "replacement": want {"content": …} or null, without content`)
-			}
-			if k := jsonKind(r.Content); k != "an array" && k != "a string" {
-				return lineErrorf(seq, ErrInvalidField, `field "replacement.content": want an array of blocks or a string, got %s`, k)
-			}
-		default:
-			return lineErrorf(seq, ErrInvalidField, `field "replacement": want {"content": …} or null, got %s`, jsonKind(b.Replacement))
-		}
+		return e.checkEdit()
 	case TypeContextMessage:
 		if b.Origin == "" {
-			return missing("origin")
+			return e.missing("origin")
 		}
-		return needContent()
+		return e.needContent()
+	}
+	return nil
+}
+
+func (e *Event) checkCompaction() error {
+	b := &e.body
+	if err := e.needContent(); err != nil {
+		return err
+	}
+	if err := e.needEarlierSeq("firstKeptSeq", b.FirstKeptSeq, true); err != nil {
+		return err
+	}
+	if b.TokensBefore != nil && *b.TokensBefore < 0 {
+		return lineErrorf(e.Seq, ErrInvalidField, `field "tokensBefore": %d is negative`, *b.TokensBefore)
+	}
+	if len(b.SystemMessage) > 0 {
+		return checkSystemMessage(e.Seq, b.SystemMessage, e.want)
+	}
+	return nil
+}
+
+func (e *Event) checkEdit() error {
+	b := &e.body
+	if err := e.needEarlierSeq("targetSeq", b.TargetSeq, false); err != nil {
+		return err
+	}
+	switch jsonKind(b.Replacement) {
+	case "nothing":
+		return e.missing("replacement")
+	case "null":
+	case "an object":
+		var r struct {
+			Content json.RawMessage `json:"content"`
+		}
+		if err := json.Unmarshal(b.Replacement, &r); err != nil || jsonKind(r.Content) == "nothing" {
+			return lineErrorf(e.Seq, ErrInvalidField, `field "replacement": want {"content": …} or null, without content`)
+		}
+		if k := jsonKind(r.Content); k != "an array" && k != "a string" {
+			return lineErrorf(e.Seq, ErrInvalidField, `field "replacement.content": want an array of blocks or a string, got %s`, k)
+		}
+	default:
+		return lineErrorf(e.Seq, ErrInvalidField, `field "replacement": want {"content": …} or null, got %s`, jsonKind(b.Replacement))
 	}
 	return nil
 }
