@@ -345,172 +345,236 @@ type piMapped struct {
 
 // convert builds the events of path.
 func (s *PiSession) convert(header piHeader, path []*piEntry, name string) error {
-	msgs := make([]piMessage, len(path))
-	ctx := make([]piContextEntry, len(path))
-	var err error
-	for i, e := range path {
-		if e.Type != "message" {
-			if err := json.Unmarshal(e.raw, &ctx[i]); err != nil {
-				return lineErr(name, e.line, jsonField(err), "%v", err)
-			}
-			continue
-		}
-		if err := json.Unmarshal(e.Message, &msgs[i]); err != nil {
-			return lineErr(name, e.line, "message."+jsonField(err), "%v", err)
-		}
-		if msgs[i].Role == "hookMessage" && header.Version < 3 {
-			// pi-coding-agent's v2 → v3 migration.
-			msgs[i].Role = "custom"
-			if e.raw, err = withRole(e.raw, "custom"); err != nil {
-				return lineErr(name, e.line, "message", "%v", err)
-			}
-		}
+	c := &piConverter{s: s, name: name, path: path, reason: StopReasonAborted, mapped: map[string]piMapped{}}
+	if err := c.decode(header); err != nil {
+		return err
 	}
-	s.add(0, map[string]any{"type": turnlog.TypeSessionStart, "adapter": resumeAdapter(path, msgs, ctx), "piSession": header.raw})
-
-	turn, response := int64(0), 0
-	open, reason := false, StopReasonAborted
-	start := func(e *piEntry) {
-		turn++
-		open, reason, response = true, StopReasonAborted, 0
-		s.add(0, map[string]any{"type": turnlog.TypeTurnStart, "turn": turn, "time": e.Timestamp})
-	}
-	end := func(at string) {
-		if open {
-			s.add(0, map[string]any{"type": turnlog.TypeTurnEnd, "turn": turn, "time": at, "reason": reason})
-			open = false
-		}
-	}
-	mapped := map[string]piMapped{}
+	s.add(0, map[string]any{"type": turnlog.TypeSessionStart, "adapter": resumeAdapter(path, c.msgs, c.ctx), "piSession": header.raw})
 	last := ""
 	for i, e := range path {
-		m, c := msgs[i], ctx[i]
-		ref := map[string]any{"id": e.ID, "parentId": e.ParentID}
-		ev := map[string]any{"time": e.Timestamp, "piEntry": ref}
-		kind := "message"
-		contextMessage := func(origin string, content any, at string) {
-			ev["type"], ev["origin"], ev["content"], ev["time"] = turnlog.TypeContextMessage, origin, content, at
+		ev, kind, err := c.entry(i)
+		if err != nil {
+			return err
 		}
-		keep := func() { // an entry the log keeps and replay ignores
-			ev["type"], ev["entry"], kind = "pi/"+e.Type, e.raw, ""
-		}
-		switch {
-		case e.Type == "message" && m.Role == "user":
-			end(e.Timestamp)
-			start(e)
-			ev["type"], ev["content"], ev["time"] = turnlog.TypeUserMessage, orNull(m.Content), messageTime(m, e.Timestamp)
-		case e.Type == "message" && m.Role == "assistant":
-			if !open {
-				start(e)
-			}
-			message := e.Message
-			if m.Content == nil {
-				// pi reads a message without content as one with none.
-				if message, err = withMember(message, "content", json.RawMessage("[]")); err != nil {
-					return lineErr(name, e.line, "message", "%v", err)
-				}
-			}
-			if err := checkAssistant(message); err != nil {
-				return lineErr(name, e.line, "message", "%v", err)
-			}
-			ev["type"], ev["response"], ev["message"] = turnlog.TypeAssistantMessage, response, message
-			response++
-			reason = StopReason(m.StopReason)
-			if !validStop(reason) {
-				return lineErr(name, e.line, "message.stopReason", "%q is not a pi-ai stop reason", m.StopReason)
-			}
-		case e.Type == "message" && m.Role == "toolResult":
-			if !open {
-				start(e)
-			}
-			if m.ToolCallID == "" {
-				return lineErr(name, e.line, "message.toolCallId", "missing")
-			}
-			ev["type"], ev["toolCallId"], ev["toolName"], ev["content"], ev["isError"] = turnlog.TypeToolResult, m.ToolCallID, m.ToolName, orNull(m.Content), m.IsError
-			ev["time"] = messageTime(m, e.Timestamp)
-			for k, v := range map[string]json.RawMessage{"details": m.Details, "usage": m.Usage, "nestedCalls": m.NestedCalls, "durationMs": m.DurationMs} {
-				if v != nil && string(v) != "null" {
-					ev[k] = v
-				}
-			}
-		case e.Type == "message" && m.Role == "system":
-			content := m.Content
-			if content == nil || string(content) == "null" {
-				content = json.RawMessage(`""`) // as pi reads it
-			}
-			ev["type"], ev["content"], ev["time"] = turnlog.TypeSystemMessage, content, messageTime(m, e.Timestamp)
-			for k, v := range map[string]json.RawMessage{"sections": m.Sections, "toolsAdded": m.ToolsAdded, "toolsRemoved": m.ToolsRemoved} {
-				if v != nil && string(v) != "null" {
-					ev[k] = v
-				}
-			}
-			kind = "fixed"
-		case e.Type == "message" && m.Role == "custom":
-			contextMessage("extension:"+m.CustomType, textBlocks(m.Content), messageTime(m, e.Timestamp))
-		case e.Type == "message" && m.Role == "bashExecution" && !m.ExcludeFromContext:
-			contextMessage("bash", []map[string]string{{"type": "text", "text": bashExecutionText(m)}}, messageTime(m, e.Timestamp))
-			kind = "fixed"
-		case e.Type == "custom_message":
-			contextMessage("extension:"+c.CustomType, textBlocks(c.Content), e.Timestamp)
-		case e.Type == "branch_summary" && c.Summary != "":
-			contextMessage("branchSummary", []map[string]string{{"type": "text", "text": piBranchSummaryPrefix + c.Summary + piBranchSummarySuffix}}, e.Timestamp)
-			kind = "fixed"
-		case e.Type == "compaction":
-			self := int64(len(s.Events))
-			firstKept := self // an id not on the path keeps nothing, as in pi
-			for _, kept := range path[:i] {
-				if kept.ID == c.FirstKeptEntryID {
-					firstKept = s.firstMessageFrom(mapped[kept.ID].seq, self)
-				}
-			}
-			ev["type"], ev["content"], ev["firstKeptSeq"] = turnlog.TypeCompaction,
-				[]map[string]string{{"type": "text", "text": piCompactionPrefix + c.Summary + piCompactionSuffix}}, firstKept
-			if c.TokensBefore != nil {
-				ev["tokensBefore"] = *c.TokensBefore
-			}
-			if c.SystemMessage != nil && string(c.SystemMessage) != "null" {
-				ev["systemMessage"] = c.SystemMessage
-			}
-			kind = "fixed"
-		case e.Type == "context_edit":
-			target, ok := mapped[c.TargetID]
-			null := c.Replacement == nil || string(c.Replacement) == "null"
-			switch {
-			case !ok || target.kind == "" || (target.kind == "fixed" && !null):
-				// pi-coding-agent changes nothing for it either.
-				keep()
-			case null:
-				ev["type"], ev["targetSeq"], ev["replacement"] = turnlog.TypeContextEdit, target.seq, json.RawMessage("null")
-			default:
-				replacement := c.Replacement
-				if s.Events[target.seq].typ == string(turnlog.TypeContextMessage) {
-					// An extension message's string content is sent as a text block.
-					var r struct {
-						Content json.RawMessage `json:"content"`
-					}
-					_ = json.Unmarshal(replacement, &r)
-					replacement, _ = json.Marshal(map[string]any{"content": textBlocks(r.Content)})
-				}
-				ev["type"], ev["targetSeq"], ev["replacement"] = turnlog.TypeContextEdit, target.seq, replacement
-			}
-			kind = ""
-		default:
-			keep()
-		}
-		if open {
-			ev["turn"] = turn
+		if c.open {
+			ev["turn"] = c.turn
 		}
 		if t, _ := ev["time"].(string); t == "" {
 			delete(ev, "time")
 		}
-		mapped[e.ID] = piMapped{seq: int64(len(s.Events)), kind: kind}
+		c.mapped[e.ID] = piMapped{seq: int64(len(s.Events)), kind: kind}
 		s.add(e.line, ev)
 		if e.Timestamp != "" {
 			last = e.Timestamp
 		}
 	}
-	end(last)
+	c.end(last)
 	return s.check(name)
+}
+
+// piConverter is one conversion of a pi session's path into log events.
+type piConverter struct {
+	s    *PiSession
+	name string
+	path []*piEntry
+	// msgs and ctx are the path's entries decoded: a message entry's
+	// message, any other entry's fields.
+	msgs []piMessage
+	ctx  []piContextEntry
+	// turn is the current turn, open whether it has not ended; response
+	// counts its assistant messages and reason is how it ends so far.
+	turn     int64
+	response int
+	open     bool
+	reason   StopReason
+	// mapped says which event each pi entry id became.
+	mapped map[string]piMapped
+}
+
+// decode decodes the path's entries, migrating what pi migrates.
+func (c *piConverter) decode(header piHeader) error {
+	c.msgs = make([]piMessage, len(c.path))
+	c.ctx = make([]piContextEntry, len(c.path))
+	for i, e := range c.path {
+		if e.Type != "message" {
+			if err := json.Unmarshal(e.raw, &c.ctx[i]); err != nil {
+				return lineErr(c.name, e.line, jsonField(err), "%v", err)
+			}
+			continue
+		}
+		if err := json.Unmarshal(e.Message, &c.msgs[i]); err != nil {
+			return lineErr(c.name, e.line, "message."+jsonField(err), "%v", err)
+		}
+		if c.msgs[i].Role == "hookMessage" && header.Version < 3 {
+			// pi-coding-agent's v2 → v3 migration.
+			c.msgs[i].Role = "custom"
+			var err error
+			if e.raw, err = withRole(e.raw, "custom"); err != nil {
+				return lineErr(c.name, e.line, "message", "%v", err)
+			}
+		}
+	}
+	return nil
+}
+
+// start opens a turn at e.
+func (c *piConverter) start(e *piEntry) {
+	c.turn++
+	c.open, c.reason, c.response = true, StopReasonAborted, 0
+	c.s.add(0, map[string]any{"type": turnlog.TypeTurnStart, "turn": c.turn, "time": e.Timestamp})
+}
+
+// end closes the open turn, if any, at time at.
+func (c *piConverter) end(at string) {
+	if c.open {
+		c.s.add(0, map[string]any{"type": turnlog.TypeTurnEnd, "turn": c.turn, "time": at, "reason": c.reason})
+		c.open = false
+	}
+}
+
+// entry converts the path's entry i into an event, and says what kind of
+// message it is to context edits: "message" (editable), "fixed" (only
+// removable) or "" (none).
+func (c *piConverter) entry(i int) (ev map[string]any, kind string, err error) {
+	e, m, x := c.path[i], c.msgs[i], c.ctx[i]
+	ev = map[string]any{"time": e.Timestamp, "piEntry": map[string]any{"id": e.ID, "parentId": e.ParentID}}
+	contextMessage := func(origin string, content any, at string) {
+		ev["type"], ev["origin"], ev["content"], ev["time"] = turnlog.TypeContextMessage, origin, content, at
+	}
+	switch {
+	case e.Type == "message" && m.Role == "user":
+		c.end(e.Timestamp)
+		c.start(e)
+		ev["type"], ev["content"], ev["time"] = turnlog.TypeUserMessage, orNull(m.Content), messageTime(m, e.Timestamp)
+	case e.Type == "message" && m.Role == "assistant":
+		return ev, "message", c.assistant(e, m, ev)
+	case e.Type == "message" && m.Role == "toolResult":
+		return ev, "message", c.toolResult(e, m, ev)
+	case e.Type == "message" && m.Role == "system":
+		content := m.Content
+		if content == nil || string(content) == "null" {
+			content = json.RawMessage(`""`) // as pi reads it
+		}
+		ev["type"], ev["content"], ev["time"] = turnlog.TypeSystemMessage, content, messageTime(m, e.Timestamp)
+		copyMembers(ev, map[string]json.RawMessage{"sections": m.Sections, "toolsAdded": m.ToolsAdded, "toolsRemoved": m.ToolsRemoved})
+		return ev, "fixed", nil
+	case e.Type == "message" && m.Role == "custom":
+		contextMessage("extension:"+m.CustomType, textBlocks(m.Content), messageTime(m, e.Timestamp))
+	case e.Type == "message" && m.Role == "bashExecution" && !m.ExcludeFromContext:
+		contextMessage("bash", []map[string]string{{"type": "text", "text": bashExecutionText(m)}}, messageTime(m, e.Timestamp))
+		return ev, "fixed", nil
+	case e.Type == "custom_message":
+		contextMessage("extension:"+x.CustomType, textBlocks(x.Content), e.Timestamp)
+	case e.Type == "branch_summary" && x.Summary != "":
+		contextMessage("branchSummary", []map[string]string{{"type": "text", "text": piBranchSummaryPrefix + x.Summary + piBranchSummarySuffix}}, e.Timestamp)
+		return ev, "fixed", nil
+	case e.Type == "compaction":
+		c.compaction(i, x, ev)
+		return ev, "fixed", nil
+	case e.Type == "context_edit":
+		c.contextEdit(e, x, ev)
+		return ev, "", nil
+	default:
+		keepEntry(e, ev)
+		return ev, "", nil
+	}
+	return ev, "message", nil
+}
+
+// keepEntry makes ev an entry the log keeps and replay ignores.
+func keepEntry(e *piEntry, ev map[string]any) {
+	ev["type"], ev["entry"] = "pi/"+e.Type, e.raw
+}
+
+// copyMembers puts in ev the members that are there and not null.
+func copyMembers(ev map[string]any, members map[string]json.RawMessage) {
+	for k, v := range members {
+		if v != nil && string(v) != "null" {
+			ev[k] = v
+		}
+	}
+}
+
+func (c *piConverter) assistant(e *piEntry, m piMessage, ev map[string]any) error {
+	if !c.open {
+		c.start(e)
+	}
+	message := e.Message
+	if m.Content == nil {
+		// pi reads a message without content as one with none.
+		var err error
+		if message, err = withMember(message, "content", json.RawMessage("[]")); err != nil {
+			return lineErr(c.name, e.line, "message", "%v", err)
+		}
+	}
+	if err := checkAssistant(message); err != nil {
+		return lineErr(c.name, e.line, "message", "%v", err)
+	}
+	ev["type"], ev["response"], ev["message"] = turnlog.TypeAssistantMessage, c.response, message
+	c.response++
+	c.reason = StopReason(m.StopReason)
+	if !validStop(c.reason) {
+		return lineErr(c.name, e.line, "message.stopReason", "%q is not a pi-ai stop reason", m.StopReason)
+	}
+	return nil
+}
+
+func (c *piConverter) toolResult(e *piEntry, m piMessage, ev map[string]any) error {
+	if !c.open {
+		c.start(e)
+	}
+	if m.ToolCallID == "" {
+		return lineErr(c.name, e.line, "message.toolCallId", "missing")
+	}
+	ev["type"], ev["toolCallId"], ev["toolName"], ev["content"], ev["isError"] = turnlog.TypeToolResult, m.ToolCallID, m.ToolName, orNull(m.Content), m.IsError
+	ev["time"] = messageTime(m, e.Timestamp)
+	copyMembers(ev, map[string]json.RawMessage{"details": m.Details, "usage": m.Usage, "nestedCalls": m.NestedCalls, "durationMs": m.DurationMs})
+	return nil
+}
+
+// compaction converts the path's compaction entry i: its kept tail starts
+// at the first message from the entry it names.
+func (c *piConverter) compaction(i int, x piContextEntry, ev map[string]any) {
+	self := int64(len(c.s.Events))
+	firstKept := self // an id not on the path keeps nothing, as in pi
+	for _, kept := range c.path[:i] {
+		if kept.ID == x.FirstKeptEntryID {
+			firstKept = c.s.firstMessageFrom(c.mapped[kept.ID].seq, self)
+		}
+	}
+	ev["type"], ev["content"], ev["firstKeptSeq"] = turnlog.TypeCompaction,
+		[]map[string]string{{"type": "text", "text": piCompactionPrefix + x.Summary + piCompactionSuffix}}, firstKept
+	if x.TokensBefore != nil {
+		ev["tokensBefore"] = *x.TokensBefore
+	}
+	if x.SystemMessage != nil && string(x.SystemMessage) != "null" {
+		ev["systemMessage"] = x.SystemMessage
+	}
+}
+
+// contextEdit converts a context_edit entry; one pi ignores is kept as an
+// entry replay ignores too.
+func (c *piConverter) contextEdit(e *piEntry, x piContextEntry, ev map[string]any) {
+	target, ok := c.mapped[x.TargetID]
+	null := x.Replacement == nil || string(x.Replacement) == "null"
+	switch {
+	case !ok || target.kind == "" || (target.kind == "fixed" && !null):
+		// pi-coding-agent changes nothing for it either.
+		keepEntry(e, ev)
+	case null:
+		ev["type"], ev["targetSeq"], ev["replacement"] = turnlog.TypeContextEdit, target.seq, json.RawMessage("null")
+	default:
+		replacement := x.Replacement
+		if c.s.Events[target.seq].typ == string(turnlog.TypeContextMessage) {
+			// An extension message's string content is sent as a text block.
+			var r struct {
+				Content json.RawMessage `json:"content"`
+			}
+			_ = json.Unmarshal(replacement, &r)
+			replacement, _ = json.Marshal(map[string]any{"content": textBlocks(r.Content)})
+		}
+		ev["type"], ev["targetSeq"], ev["replacement"] = turnlog.TypeContextEdit, target.seq, replacement
+	}
 }
 
 // firstMessageFrom returns the seq of the first event from seq on, before
