@@ -207,69 +207,95 @@ func New(ctx context.Context, opts ...Option) (env *Env, err error) {
 	if err != nil {
 		return nil, err
 	}
-
+	st := &starting{o: o, env: &Env{ControlPlane: controlPlane}}
 	// Whatever has started is stopped again if a later step fails.
-	var cleanups []func() error
-	stop := func() error {
-		var errs []error
-		for i := len(cleanups) - 1; i >= 0; i-- {
-			errs = append(errs, cleanups[i]())
-		}
-		return errors.Join(errs...)
-	}
 	defer func() {
 		if err != nil {
-			err = errors.Join(err, stop())
+			err = errors.Join(err, st.stop())
 		}
 	}()
+	if err := st.prepare(); err != nil {
+		return nil, fmt.Errorf("turnlogtest: %w", err)
+	}
+	if err := st.startAPIServer(ctx); err != nil {
+		return nil, fmt.Errorf("turnlogtest: %w", err)
+	}
+	if err := st.startManager(ctx); err != nil {
+		return nil, fmt.Errorf("turnlogtest: %w", err)
+	}
+	st.env.stop = st.stop
+	return st.env, nil
+}
 
+// starting is an Env on its way up, and what stops it.
+type starting struct {
+	o        options
+	env      *Env
+	dir      string
+	stores   *controllers.BucketCache
+	policies []string
+	cleanups []func() error
+}
+
+// stop stops what has started, last first.
+func (st *starting) stop() error {
+	var errs []error
+	for i := len(st.cleanups) - 1; i >= 0; i-- {
+		errs = append(errs, st.cleanups[i]())
+	}
+	return errors.Join(errs...)
+}
+
+// prepare makes the Env's directory: the store (unless one was given) and
+// the embedded manifests written out, as envtest and kubeapply read files.
+func (st *starting) prepare() error {
 	dir, err := os.MkdirTemp("", "turnlogtest-")
 	if err != nil {
-		return nil, fmt.Errorf("turnlogtest: %w", err)
+		return err
 	}
-	cleanups = append(cleanups, func() error { return os.RemoveAll(dir) })
-	storeURL := o.storeURL
-	if storeURL == "" {
+	st.dir = dir
+	st.cleanups = append(st.cleanups, func() error { return os.RemoveAll(dir) })
+	st.env.StoreURL = st.o.storeURL
+	if st.env.StoreURL == "" {
 		store := filepath.Join(dir, "store")
 		if err := os.Mkdir(store, 0o700); err != nil {
-			return nil, fmt.Errorf("turnlogtest: %w", err)
+			return err
 		}
-		storeURL = "file://" + store
+		st.env.StoreURL = "file://" + store
 	}
-	stores, err := controllers.NewBucketCache([]controllers.StoreConfig{{Name: turnlogv1.DefaultStore, URL: storeURL}}, nil)
-	if err != nil {
-		return nil, fmt.Errorf("turnlogtest: store: %w", err)
+	if st.stores, err = controllers.NewBucketCache([]controllers.StoreConfig{{Name: turnlogv1.DefaultStore, URL: st.env.StoreURL}}, nil); err != nil {
+		return fmt.Errorf("store: %w", err)
 	}
-	cleanups = append(cleanups, stores.Close)
-
-	// envtest and kubeapply read files: the embedded manifests are
-	// written out first.
+	st.cleanups = append(st.cleanups, st.stores.Close)
 	files, err := fs.Sub(manifests, "manifests")
 	if err != nil {
-		return nil, fmt.Errorf("turnlogtest: %w", err)
+		return err
 	}
 	if err := os.CopyFS(filepath.Join(dir, "manifests"), files); err != nil {
-		return nil, fmt.Errorf("turnlogtest: %w", err)
+		return err
 	}
-	policies, err := filepath.Glob(filepath.Join(dir, "manifests", "admission", "*.yaml"))
-	if err != nil {
-		return nil, fmt.Errorf("turnlogtest: %w", err)
-	}
+	st.policies, err = filepath.Glob(filepath.Join(dir, "manifests", "admission", "*.yaml"))
+	return err
+}
 
+// startAPIServer starts etcd and kube-apiserver with the CRDs and the
+// admission policy, writes the kubeconfig and creates the namespaces.
+func (st *starting) startAPIServer(ctx context.Context) error {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return nil, fmt.Errorf("turnlogtest: %w", err)
+		return err
 	}
 	if err := turnlogv1.AddToScheme(scheme); err != nil {
-		return nil, fmt.Errorf("turnlogtest: %w", err)
+		return err
 	}
 	te := &envtest.Environment{
 		Scheme:                scheme,
-		CRDDirectoryPaths:     []string{filepath.Join(dir, "manifests", "crd")},
+		CRDDirectoryPaths:     []string{filepath.Join(st.dir, "manifests", "crd")},
 		ErrorIfCRDPathMissing: true,
 	}
 	// The paths are set rather than left to envtest, which would prefer
 	// $KUBEBUILDER_ASSETS to a directory given with WithControlPlane.
+	controlPlane := st.env.ControlPlane
 	te.ControlPlane.Etcd = &envtest.Etcd{Path: filepath.Join(controlPlane, "etcd")}
 	te.ControlPlane.GetAPIServer().Path = filepath.Join(controlPlane, "kube-apiserver")
 	if kubectl := filepath.Join(controlPlane, "kubectl"); fileExists(kubectl) {
@@ -277,54 +303,59 @@ func New(ctx context.Context, opts ...Option) (env *Env, err error) {
 	}
 	cfg, err := te.Start()
 	if err != nil {
-		return nil, fmt.Errorf("turnlogtest: start the control plane from %s: %w", controlPlane, err)
+		return fmt.Errorf("start the control plane from %s: %w", controlPlane, err)
 	}
-	cleanups = append(cleanups, te.Stop)
-	if err := kubeapply.Apply(ctx, cfg, policies...); err != nil {
-		return nil, fmt.Errorf("turnlogtest: install the admission policy: %w", err)
+	st.cleanups = append(st.cleanups, te.Stop)
+	if err := kubeapply.Apply(ctx, cfg, st.policies...); err != nil {
+		return fmt.Errorf("install the admission policy: %w", err)
 	}
-	kubeconfig := filepath.Join(dir, "kubeconfig")
+	kubeconfig := filepath.Join(st.dir, "kubeconfig")
 	if err := os.WriteFile(kubeconfig, te.KubeConfig, 0o600); err != nil {
-		return nil, fmt.Errorf("turnlogtest: %w", err)
+		return err
 	}
 	kube, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
-		return nil, fmt.Errorf("turnlogtest: %w", err)
+		return err
 	}
-	for _, ns := range o.namespaces {
+	for _, ns := range st.o.namespaces {
 		err := kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 		if err != nil && !apierrors.IsAlreadyExists(err) {
-			return nil, fmt.Errorf("turnlogtest: create namespace %s: %w", ns, err)
+			return fmt.Errorf("create namespace %s: %w", ns, err)
 		}
 	}
+	st.env.Client, st.env.Scheme, st.env.Config, st.env.Kubeconfig = kube, scheme, cfg, kubeconfig
+	return nil
+}
 
-	logger := zap.New(zap.WriteTo(o.logOutput))
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 scheme,
+// startManager runs the controllers and waits for their caches.
+func (st *starting) startManager(ctx context.Context) error {
+	logger := zap.New(zap.WriteTo(st.o.logOutput))
+	mgr, err := ctrl.NewManager(st.env.Config, ctrl.Options{
+		Scheme:                 st.env.Scheme,
 		Logger:                 logger,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
-		Cache:                  controllers.CacheOptions(o.namespaces...),
+		Cache:                  controllers.CacheOptions(st.o.namespaces...),
 		// Controller names are unique per process unless told otherwise,
 		// and a test binary may run several Envs one after the other or
 		// at once.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("turnlogtest: create the manager: %w", err)
+		return fmt.Errorf("create the manager: %w", err)
 	}
 	// Code that logs from a context without a logger of the manager's
 	// would otherwise use controller-runtime's global one.
 	mctx, cancel := context.WithCancel(ctrl.LoggerInto(context.Background(), logger))
 	err = controllers.Setup(mctx, mgr, controllers.Config{
-		Stores:       stores,
-		WorkerMode:   o.workerMode,
-		PollInterval: o.pollInterval,
-		Jobs:         controllers.JobSettings{Image: o.workerImage},
+		Stores:       st.stores,
+		WorkerMode:   st.o.workerMode,
+		PollInterval: st.o.pollInterval,
+		Jobs:         controllers.JobSettings{Image: st.o.workerImage},
 	})
 	if err != nil {
 		cancel()
-		return nil, fmt.Errorf("turnlogtest: %w", err)
+		return err
 	}
 	done := make(chan struct{})
 	var mgrErr error
@@ -332,7 +363,7 @@ func New(ctx context.Context, opts ...Option) (env *Env, err error) {
 		defer close(done)
 		mgrErr = mgr.Start(mctx)
 	}()
-	cleanups = append(cleanups, func() error {
+	st.cleanups = append(st.cleanups, func() error {
 		cancel()
 		<-done
 		if mgrErr != nil {
@@ -355,15 +386,12 @@ func New(ctx context.Context, opts ...Option) (env *Env, err error) {
 	if !synced {
 		select {
 		case <-done:
-			return nil, fmt.Errorf("turnlogtest: the manager stopped: %v", mgrErr)
+			return fmt.Errorf("the manager stopped: %v", mgrErr)
 		default:
-			return nil, fmt.Errorf("turnlogtest: the manager's caches did not sync: %w", ctx.Err())
+			return fmt.Errorf("the manager's caches did not sync: %w", ctx.Err())
 		}
 	}
-	return &Env{
-		Client: kube, Scheme: scheme, Config: cfg, Kubeconfig: kubeconfig,
-		StoreURL: storeURL, ControlPlane: controlPlane, stop: stop,
-	}, nil
+	return nil
 }
 
 // Stop stops the controllers, the API server and etcd, and removes the
