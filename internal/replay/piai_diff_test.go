@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/turnlog/turnlog/internal/replay"
+	"github.com/turnlog/turnlog/internal/testutil/pitest"
 	"github.com/turnlog/turnlog/internal/turnlog"
 )
 
@@ -542,62 +543,42 @@ func expectedFromPiAI(raw []json.RawMessage, src piConversation, form logForm, t
 			sources = append(sources, m.assistant)
 		}
 	}
-	var open []string     // the last assistant message's call ids
-	var answered []string // ids answered since
-	var lastTime any
-	nth := 0
-	for _, r := range raw {
-		m := jsonValue(r)
-		switch m["role"] {
-		case "assistant":
-			source := sources[nth]
-			nth++
-			if form == formInline && !signed(source) && source.Adapter().SameModel(target) && hasThinking(m) {
-				// devNoStateThinking: a message with no state at all replays foreign.
-				m["content"] = foreignThinking(source, line)
-				stats.byDeviation[devNoStateThinking]++
-			}
-			if form == formChunks {
-				// devStreamedMessageExtra: an assembled message has only
-				// what the stream records.
-				dropped := false
-				for k := range m {
-					if !slices.Contains([]string{"role", "content", "api", "provider", "model", "usage", "stopReason", "timestamp"}, k) {
-						delete(m, k)
-						dropped = true
-					}
-				}
-				if dropped {
-					stats.byDeviation[devStreamedMessageExtra]++
-				}
-			}
-			open, answered, lastTime = nil, nil, m["timestamp"]
-			for _, b := range m["content"].([]any) {
-				if b := b.(map[string]any); b["type"] == "toolCall" {
-					open = append(open, b["id"].(string))
-				}
-			}
-		case "user":
-			open, answered = nil, nil
-		case "toolResult":
-			id := m["toolCallId"].(string)
-			if !inputTimes[fmt.Sprint(m["timestamp"])] {
-				// devSyntheticResultTime: a synthetic result has its call's time.
-				m["timestamp"] = lastTime
-				if lastTime == nil {
-					delete(m, "timestamp")
-				}
-				stats.byDeviation[devSyntheticResultTime]++
-			} else if !slices.Contains(open, id) || slices.Contains(answered, id) {
-				// devOrphanToolResults: a result answering no open call stays out.
-				orphans++
-				stats.byDeviation[devOrphanToolResults]++
-				continue
-			}
-			answered = append(answered, id)
-		}
-		out = append(out, m)
+	msgs := make([]map[string]any, len(raw))
+	for i, r := range raw {
+		msgs[i] = jsonValue(r)
 	}
+	nth := 0
+	out = pitest.Pair(msgs, func(m map[string]any) bool { return inputTimes[fmt.Sprint(m["timestamp"])] }, func(m map[string]any) {
+		source := sources[nth]
+		nth++
+		if form == formInline && !signed(source) && source.Adapter().SameModel(target) && hasThinking(m) {
+			// devNoStateThinking: a message with no state at all replays foreign.
+			m["content"] = foreignThinking(source, line)
+			stats.byDeviation[devNoStateThinking]++
+		}
+		if form == formChunks {
+			// devStreamedMessageExtra: an assembled message has only
+			// what the stream records.
+			dropped := false
+			for k := range m {
+				if !slices.Contains([]string{"role", "content", "api", "provider", "model", "usage", "stopReason", "timestamp"}, k) {
+					delete(m, k)
+					dropped = true
+				}
+			}
+			if dropped {
+				stats.byDeviation[devStreamedMessageExtra]++
+			}
+		}
+	}, func(deviation string) {
+		switch deviation {
+		case pitest.OrphanToolResults:
+			orphans++
+			stats.byDeviation[devOrphanToolResults]++
+		case pitest.SyntheticResultTime:
+			stats.byDeviation[devSyntheticResultTime]++
+		}
+	})
 	return out, orphans
 }
 

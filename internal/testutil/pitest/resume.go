@@ -49,22 +49,44 @@ func ExpectedResume(context, transformed []json.RawMessage, target Target, note 
 			sources = append(sources, m)
 		}
 	}
-	var out []any
-	var open, answered []string
-	var lastTime any
+	msgs := make([]map[string]any, len(transformed))
+	for i, raw := range transformed {
+		_ = json.Unmarshal(raw, &msgs[i])
+	}
 	nth := 0
-	for _, raw := range transformed {
-		var m map[string]any
-		_ = json.Unmarshal(raw, &m)
+	paired := Pair(msgs, func(m map[string]any) bool {
+		return inputTimes[fmt.Sprint(m["toolCallId"], "@", m["timestamp"])]
+	}, func(m map[string]any) {
+		source := sources[nth]
+		nth++
+		if source["provider"] == target.Provider && source["model"] == target.Model && source["api"] == target.API &&
+			!Signed(source) && hasThinking(m) {
+			m["content"] = slices.DeleteFunc(m["content"].([]any), func(b any) bool { return b.(map[string]any)["type"] == "thinking" })
+			note(NoStateThinking)
+		}
+	}, note)
+	out := make([]any, len(paired))
+	for i, m := range paired {
+		out[i] = m
+	}
+	return out
+}
+
+// Pair is pi-ai's transformed messages paired as turnlog pairs tool
+// results with their calls: a result pi was not given (given reports it)
+// is the synthetic result of a call left open and has its call's time
+// (SyntheticResultTime); a result answering no open call, or one answered
+// already, stays out (OrphanToolResults). onAssistant sees each assistant
+// message first, for the deviations a caller has of its own; note is told
+// each deviation applied.
+func Pair(msgs []map[string]any, given func(result map[string]any) bool, onAssistant func(m map[string]any), note func(deviation string)) []map[string]any {
+	var out []map[string]any
+	var open, answered []string // the last assistant message's call ids; those answered since
+	var lastTime any
+	for _, m := range msgs {
 		switch m["role"] {
 		case "assistant":
-			source := sources[nth]
-			nth++
-			if source["provider"] == target.Provider && source["model"] == target.Model && source["api"] == target.API &&
-				!Signed(source) && hasThinking(m) {
-				m["content"] = slices.DeleteFunc(m["content"].([]any), func(b any) bool { return b.(map[string]any)["type"] == "thinking" })
-				note(NoStateThinking)
-			}
+			onAssistant(m)
 			open, answered, lastTime = nil, nil, m["timestamp"]
 			for _, b := range m["content"].([]any) {
 				if b := b.(map[string]any); b["type"] == "toolCall" {
@@ -75,8 +97,11 @@ func ExpectedResume(context, transformed []json.RawMessage, target Target, note 
 			open, answered = nil, nil
 		case "toolResult":
 			id := m["toolCallId"].(string)
-			if !inputTimes[fmt.Sprint(id, "@", m["timestamp"])] {
+			if !given(m) {
 				m["timestamp"] = lastTime
+				if lastTime == nil {
+					delete(m, "timestamp")
+				}
 				note(SyntheticResultTime)
 			} else if !slices.Contains(open, id) || slices.Contains(answered, id) {
 				note(OrphanToolResults)
