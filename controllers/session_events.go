@@ -62,7 +62,8 @@ func boundedNew(sum *derived.Summary) ([]derived.Diagnostic, int64) {
 }
 
 // replayEvents reports a finished replay run: a Warning ReplayDegraded per
-// degraded message, the first derived.MaxNewDiagnostics of them, then one
+// degraded message and a ContextEventNotApplied per context event replay
+// could not apply, the first derived.MaxNewDiagnostics of them, then one
 // Event with the total, so that a badly degraded log cannot flood the API;
 // and a Normal Replayed.
 func (r *SessionReconciler) replayEvents(session *turnlogv1.Session, rep *derived.Summary) {
@@ -78,7 +79,12 @@ func (r *SessionReconciler) replayEvents(session *turnlogv1.Session, rep *derive
 		r.Recorder.Eventf(messageRef(session, d.Seq), nil, "Warning", turnlogv1.EventReplayDegraded, "Replay", "%s",
 			truncate(fmt.Sprintf("seq %d replayed provider-neutral for %s: cause %s: %s", d.Seq, adapter, d.Cause, d.Message), maxNote))
 	}
-	if rest := total - int64(len(listed)); rest > 0 {
+	switch rest := total - int64(len(listed)); {
+	case rest > 0 && c.ContextEventsNotApplied == 0:
+		r.Recorder.Eventf(session, nil, "Warning", turnlogv1.EventReplayDegraded, "Replay",
+			"%d more messages degraded in this replay run (%d in all, not listed as Events); status.replay.degradedSeqs lists them by cause", rest, total)
+	case rest > 0:
+		// Some of the problems may be context events not applied.
 		r.Recorder.Eventf(session, nil, "Warning", turnlogv1.EventReplayDegraded, "Replay",
 			"%d more problems in this replay run (%d in all, not listed as Events): status.replay.degradedSeqs lists the degraded messages by cause, status.replay.contextEventSeqs the context events not applied", rest, total)
 	}
