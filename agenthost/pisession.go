@@ -53,8 +53,9 @@ type PiSession struct {
 //
 // Every event from an entry carries the entry's id and parentId in
 // "piEntry". Versions 1 and 2 are migrated as pi-coding-agent migrates
-// them: version 1 entries are chained in file order (with ids "v1-<line>"),
-// and version 2's hookMessage role becomes custom. name names the file in
+// them: version 1 entries are chained in file order (with ids "v1-<line>")
+// and a compaction's firstKeptEntryIndex becomes the firstKeptEntryId of
+// the entry at that index, and version 2's hookMessage role becomes custom. name names the file in
 // errors, which give its line and field, e.g.
 // `chat.jsonl: line 7: parentId: no entry "a1b2c3d4" in the file`.
 func ReadPiSession(r io.Reader, name string, leaf string) (*PiSession, error) {
@@ -211,8 +212,34 @@ func readPiEntries(r io.Reader, name string) ([]*piEntry, piHeader, error) {
 			return nil, header, lineErr(name, e.line, "id", "%q is already the id of line %d", e.ID, l)
 		}
 		seen[e.ID] = e.line
+		if header.Version < 2 && e.Type == "compaction" {
+			if err := keptByIndex(entries, i); err != nil {
+				return nil, header, lineErr(name, e.line, "firstKeptEntryIndex", "%v", err)
+			}
+		}
 	}
 	return entries, header, nil
+}
+
+// keptByIndex migrates the version-1 compaction entries[i] as pi-coding-agent
+// does: its firstKeptEntryIndex, a position among the file's entries with
+// the header at 0, becomes the firstKeptEntryId of the entry there, if that
+// entry has an id by then (it is not after the compaction). Any other
+// value names no entry, and the compaction keeps nothing before itself.
+func keptByIndex(entries []*piEntry, i int) error {
+	var c struct {
+		FirstKeptEntryIndex json.RawMessage `json:"firstKeptEntryIndex"`
+	}
+	if err := json.Unmarshal(entries[i].raw, &c); err != nil {
+		return err
+	}
+	k, err := strconv.Atoi(string(c.FirstKeptEntryIndex))
+	if err != nil || k < 1 || k-1 > i {
+		return nil
+	}
+	id, _ := json.Marshal(entries[k-1].ID)
+	entries[i].raw, err = withMember(entries[i].raw, "firstKeptEntryId", id)
+	return err
 }
 
 type parsed struct {

