@@ -28,7 +28,7 @@ all: build
 .PHONY: dev
 dev: control-plane manifests build ## Run turnlog locally: cluster, object store, manager, worker pods (state in ./.turnlog-dev/).
 	$(GO) build -o $(BIN_DIR)/turnlog-dev ./hack/dev
-	exec $(BIN_DIR)/turnlog-dev --state-dir $(CURDIR)/.turnlog-dev --control-plane $(CONTROL_PLANE_DIR) --crds $(CURDIR)/config/crd/bases --admission-policy $(CURDIR)/config/admission/forkedfrom_policy.yaml --turnlog $(BIN_DIR)/turnlog
+	exec $(BIN_DIR)/turnlog-dev --state-dir $(CURDIR)/.turnlog-dev --control-plane $(CONTROL_PLANE_DIR) --crds $(CURDIR)/config/crd/bases --admission-policy $(CURDIR)/config/admission/forkedfrom_policy.yaml --turnlog $(BIN_DIR)/turnlog --pi-package $(CURDIR)/pi-turnlog --pi-dir $(CURDIR)/test/pi/1
 
 .PHONY: test
 test: control-plane node-deps pi-deps promtool verify-generated vet test-unit test-examples test-e2e test-soak ## Everything CI runs: generated files, vet, unit, envtest and end-to-end suites, a short soak.

