@@ -1,6 +1,8 @@
-// Commands: /turnlog-fork cuts the Session's log at a turn, as a
-// SessionFork does, into a new Session's log; /turnlog-open continues a
-// turnlog Session in pi, its stored transcript as the context.
+// Commands: /turnlog-fork forks the Session at a turn — with an API server
+// as a SessionFork, which the controller cuts into a child Session, else
+// by cutting the log offline into a new Session's log, as a SessionFork
+// would; /turnlog-open continues a turnlog Session in pi, its stored
+// transcript as the context.
 import { randomUUID } from "node:crypto";
 import type { ExtensionAPI, ExtensionCommandContext } from "@earendil-works/pi-coding-agent";
 import { type Location, rootOf, SegmentLog } from "./log.ts";
@@ -76,8 +78,23 @@ export function registerCommands(pi: ExtensionAPI, deps: Deps) {
 					if (seq === undefined) throw new Error(`no pi entry ${at.slice(1)} in ${rec.location.namespace}/${rec.location.session}'s log`);
 					at = String(seq);
 				}
-				const cut = cutAt(await rec.log.readAll(), at);
 				const parent = rec.location;
+				const kube = deps.kube();
+				if (kube && !name?.includes("/")) {
+					// With an API server, a fork is a SessionFork: the controller
+					// cuts it, creates the child Session (spec.forkedFrom) and
+					// raises the Forked Event, as for kubectl apply.
+					if (!/^\d+(\.\d+)?$/.test(at)) throw new Error(`atSeq ${JSON.stringify(at)}: want a non-negative decimal such as 41 or 40.1`);
+					const fork = name || `${parent.session}-fork-${Math.floor(Number(at))}`;
+					const st = await kube.fork(parent.namespace, fork, parent.session, at);
+					const uid = await kube.session(parent.namespace, st.childName, undefined);
+					ctx.ui.notify(
+						`turnlog: forked ${parent.namespace}/${parent.session} at seq ${st.cutSeq} into ${parent.namespace}/${st.childName}/${uid} (SessionFork ${fork}); continue it with /turnlog-open ${parent.namespace}/${st.childName}`,
+						"info",
+					);
+					return;
+				}
+				const cut = cutAt(await rec.log.readAll(), at);
 				// A child Session that exists already (its uid from the API
 				// server) is named in full; otherwise the child gets a new uid.
 				const child: Location = name?.includes("/")

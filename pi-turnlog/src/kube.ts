@@ -108,4 +108,49 @@ export class Kube {
 	describe(): string {
 		return this.file;
 	}
+
+	/**
+	 * fork creates the SessionFork name: source forked at atSeq into a
+	 * child Session of the same name, as `kubectl apply` of one does, and
+	 * waits until the controller says it succeeded or failed. A SessionFork
+	 * of that name that forks the same source at the same seq (a command
+	 * run again) is waited for as it is; one that forks anything else is
+	 * an error.
+	 */
+	async fork(namespace: string, name: string, source: string, atSeq: string, timeoutMs = 120_000): Promise<ForkStatus> {
+		const base = `${GROUP}/namespaces/${encodeURIComponent(namespace)}/sessionforks`;
+		const spec = { source: { name: source }, atSeq, target: { name } };
+		let res = await this.request("POST", base, { apiVersion: "turnlog.dev/v1alpha1", kind: "SessionFork", metadata: { namespace, name }, spec });
+		if (res.status === 409) {
+			res = await this.request("GET", `${base}/${encodeURIComponent(name)}`);
+			const s = res.body?.spec;
+			if (res.status === 200 && (s?.source?.name !== source || s?.atSeq !== atSeq)) {
+				throw new Error(`SessionFork ${namespace}/${name} exists and forks ${s?.source?.name} at ${s?.atSeq}: pick another child name`);
+			}
+		}
+		if (res.status < 200 || res.status > 299) {
+			throw new Error(`create SessionFork ${namespace}/${name}: ${res.status} ${res.body?.message ?? ""}`.trim());
+		}
+		const deadline = Date.now() + timeoutMs;
+		for (;;) {
+			const got = await this.request("GET", `${base}/${encodeURIComponent(name)}`);
+			if (got.status !== 200) throw new Error(`SessionFork ${namespace}/${name}: ${got.status} ${got.body?.message ?? ""}`.trim());
+			const st = got.body?.status ?? {};
+			const done = (st.conditions ?? []).find((c: { type: string }) => c.type === "Succeeded");
+			if (done?.status === "True") return { childName: st.childName, cutSeq: Number(st.cutSeq), cutTurn: Number(st.cutTurn) };
+			if (done?.status === "False") throw new Error(`SessionFork ${namespace}/${name} failed: ${done.reason}: ${done.message}`);
+			if (Date.now() > deadline) {
+				const why = done ? `${done.reason}: ${done.message}` : "no status yet";
+				throw new Error(`SessionFork ${namespace}/${name} has not succeeded after ${timeoutMs / 1000} s (${why}); see kubectl get sessionfork ${name} -n ${namespace}`);
+			}
+			await new Promise((r) => setTimeout(r, 300));
+		}
+	}
+}
+
+/** What a SessionFork that succeeded says. */
+export interface ForkStatus {
+	childName: string;
+	cutSeq: number;
+	cutTurn: number;
 }
