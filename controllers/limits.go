@@ -3,6 +3,7 @@ package controllers
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -220,6 +221,15 @@ func (f *fairQueue) reportHeld(req reconcile.Request, obj client.Object, recorde
 // runs and fork copies: acquiring never blocks, so a reconcile that finds
 // no slot reports it and comes back, instead of holding a reconcile (and
 // with it other namespaces' work) while it waits.
+//
+// The manager's slots are shared round robin between the namespaces
+// waiting for one: a slot that frees is the turn of the namespace that has
+// waited longest, and a namespace that takes one waits at the back for the
+// next. Without that, a slot went to whichever reconcile asked first after
+// it freed, and a namespace with hundreds of runs waiting held every slot
+// ahead of a namespace with one. A namespace that has not asked again
+// within turnGrace (its object was deleted, or its work was done another
+// way) loses its turn, so a turn never holds a slot idle for long.
 type slots struct {
 	// total and perNamespace are the limits (0: none); the names are what
 	// status and metrics call them.
@@ -229,27 +239,78 @@ type slots struct {
 	mu     sync.Mutex
 	inUse  int
 	byName map[string]int
+	// waiting are the namespaces that found every slot taken, longest
+	// waiting first; asked is when each last asked for a slot.
+	waiting []string
+	asked   map[string]time.Time
+	// now is the clock; nil is time.Now.
+	now func() time.Time
 }
 
-// tryAcquire takes a slot for namespace; if none is free it returns the
-// limit that was reached.
+// turnGrace is how long a namespace keeps its turn without asking again:
+// a few retries (slotRetry, jittered) of its waiting work.
+const turnGrace = 3 * slotRetry
+
+// tryAcquire takes a slot for namespace; if none is free, or it is another
+// waiting namespace's turn, it returns why.
 func (s *slots) tryAcquire(namespace string) (ok bool, limit string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := time.Now()
+	if s.now != nil {
+		now = s.now()
+	}
+	if s.asked == nil {
+		s.asked, s.byName = map[string]time.Time{}, map[string]int{}
+	}
+	s.asked[namespace] = now
 	switch {
 	case s.perNamespace > 0 && s.byName[namespace] >= s.perNamespace:
 		slotsQueued.WithLabelValues(s.perNamespaceName).Inc()
 		return false, fmt.Sprintf("namespace %s has %d going (--%s=%d)", namespace, s.byName[namespace], s.perNamespaceName, s.perNamespace)
 	case s.total > 0 && s.inUse >= s.total:
+		s.wait(namespace)
 		slotsQueued.WithLabelValues(s.totalName).Inc()
 		return false, fmt.Sprintf("the manager has %d going (--%s=%d)", s.inUse, s.totalName, s.total)
 	}
-	if s.byName == nil {
-		s.byName = map[string]int{}
+	if turn := s.turn(now); turn != "" && turn != namespace {
+		s.wait(namespace)
+		slotsQueued.WithLabelValues(s.totalName).Inc()
+		return false, fmt.Sprintf("the next free slot is namespace %s's turn (--%s=%d, shared round robin between the namespaces waiting)", turn, s.totalName, s.total)
 	}
+	s.waiting = slices.DeleteFunc(s.waiting, func(ns string) bool { return ns == namespace })
 	s.inUse++
 	s.byName[namespace]++
 	return true, ""
+}
+
+// wait puts namespace at the back of the waiting namespaces, unless it is
+// there already.
+func (s *slots) wait(namespace string) {
+	if !slices.Contains(s.waiting, namespace) {
+		s.waiting = append(s.waiting, namespace)
+	}
+}
+
+// turn is the waiting namespace a free slot goes to: the longest waiting
+// one that still asks and is under its own share; "" if none.
+func (s *slots) turn(now time.Time) string {
+	s.waiting = slices.DeleteFunc(s.waiting, func(ns string) bool { return now.Sub(s.asked[ns]) > turnGrace })
+	if len(s.asked) > 2*len(s.waiting)+64 {
+		// Forget namespaces that stopped asking, so the map stays the size
+		// of the namespaces that wait.
+		for ns, at := range s.asked {
+			if now.Sub(at) > turnGrace {
+				delete(s.asked, ns)
+			}
+		}
+	}
+	for _, ns := range s.waiting {
+		if s.perNamespace <= 0 || s.byName[ns] < s.perNamespace {
+			return ns
+		}
+	}
+	return ""
 }
 
 func (s *slots) release(namespace string) {

@@ -3,6 +3,7 @@ package controllers
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestSlots: a namespace at its share waits while others go on, the
@@ -54,5 +55,53 @@ func TestLimitsDefaults(t *testing.T) {
 	}
 	if _, err := (Limits{ForkCopies: -1}).withDefaults(); err == nil || !strings.Contains(err.Error(), "fork copies must not be negative") {
 		t.Fatalf("negative fork copies: %v", err)
+	}
+}
+
+// TestSlotsRoundRobin: a slot that frees goes to the namespace that has
+// waited longest, not to whichever asks first, so a namespace with many
+// runs waiting cannot hold the slots ahead of one with a single run; a
+// namespace that stops asking loses its turn.
+func TestSlotsRoundRobin(t *testing.T) {
+	now := time.Unix(0, 0)
+	s := &slots{total: 1, totalName: "local-worker-runs", now: func() time.Time { return now }}
+	try := func(ns string) (bool, string) {
+		t.Helper()
+		now = now.Add(100 * time.Millisecond)
+		return s.tryAcquire(ns)
+	}
+	if ok, _ := try("flood"); !ok {
+		t.Fatal("the first run was refused")
+	}
+	if ok, _ := try("quiet"); ok {
+		t.Fatal("a second run got a slot over --local-worker-runs=1")
+	}
+	if ok, _ := try("flood"); ok {
+		t.Fatal("a second run of flood got a slot over --local-worker-runs=1")
+	}
+	s.release("flood")
+	// flood's other runs ask first, over and over: it is quiet's turn.
+	for range 3 {
+		if ok, why := try("flood"); ok || why != "the next free slot is namespace quiet's turn (--local-worker-runs=1, shared round robin between the namespaces waiting)" {
+			t.Fatalf("flood took the slot quiet waited for: %v %q", ok, why)
+		}
+	}
+	if ok, why := try("quiet"); !ok {
+		t.Fatalf("quiet refused on its turn: %s", why)
+	}
+	s.release("quiet")
+	// Then flood's, which waited meanwhile.
+	if ok, _ := try("other"); ok {
+		t.Fatal("a newcomer took the slot ahead of flood, which waited")
+	}
+	if ok, _ := try("flood"); !ok {
+		t.Fatal("flood refused on its turn")
+	}
+	s.release("flood")
+	// A turn not taken within turnGrace lapses: other waited, stopped
+	// asking, and flood gets the slot.
+	now = now.Add(turnGrace + time.Second)
+	if ok, why := try("flood"); !ok {
+		t.Fatalf("a lapsed turn held the slot: %s", why)
 	}
 }
