@@ -261,7 +261,10 @@ func (s *slots) tryAcquire(namespace string) (ok bool, limit string) {
 		now = s.now()
 	}
 	if s.asked == nil {
-		s.asked, s.byName = map[string]time.Time{}, map[string]int{}
+		s.asked = map[string]time.Time{}
+	}
+	if s.byName == nil {
+		s.byName = map[string]int{}
 	}
 	s.asked[namespace] = now
 	switch {

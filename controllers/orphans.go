@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/derived"
 )
 
 // A log that a deleted Session with retention Delete left in the store —
@@ -89,7 +90,7 @@ func (l *orphanLedger) record(ctx context.Context, session *turnlogv1.Session, s
 		},
 		Data: map[string]string{
 			orphanStore: store, orphanNamespace: session.Namespace, orphanSession: session.Name, orphanUID: string(session.UID),
-			orphanLocation: location, orphanReason: truncate(reason, 1024), orphanSince: time.Now().UTC().Format(time.RFC3339),
+			orphanLocation: location, orphanReason: derived.Truncate(reason, 1024), orphanSince: time.Now().UTC().Format(time.RFC3339),
 		},
 	}
 	if err := l.Client.Create(ctx, cm); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -190,7 +191,7 @@ func (l *orphanLedger) sweepOne(ctx context.Context, cm *corev1.ConfigMap) bool 
 // must not stop the sweep.
 func (l *orphanLedger) noteFailure(ctx context.Context, cm *corev1.ConfigMap, msg string) {
 	base := cm.DeepCopy()
-	cm.Data[orphanLastError] = truncate(msg, 1024)
+	cm.Data[orphanLastError] = derived.Truncate(msg, 1024)
 	cm.Data[orphanLastAttempt] = time.Now().UTC().Format(time.RFC3339)
 	if err := l.Client.Patch(ctx, cm, client.MergeFrom(base)); client.IgnoreNotFound(err) != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "noting why an orphaned log was left", "record", cm.Name)

@@ -2,11 +2,8 @@ package controllers
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -395,7 +392,7 @@ func (r *SessionReconciler) countFailure(s *sessionScope, run WorkerRun, w *turn
 	w.Failures++
 	w.FailedAttempt = out.Attempt
 	w.Trigger = trigger(s.session, run.Invocation)
-	w.Message = truncate(out.Message, 1024)
+	w.Message = derived.Truncate(out.Message, 1024)
 	// A reconcile on a cache that has not seen this status yet finds the
 	// same failure again; announce it once.
 	announce := r.firstReport(s.session, "failed/"+run.Name, fmt.Sprint(out.Attempt))
@@ -404,7 +401,7 @@ func (r *SessionReconciler) countFailure(s *sessionScope, run WorkerRun, w *turn
 		if announce {
 			r.Recorder.Eventf(s.session, nil, "Warning", turnlogv1.EventWorkerFailedPermanently, "Run",
 				"%s run %s failed %d times and is not retried until the Session is nudged or its spec changes: %s",
-				run.Task, run.Name, w.Failures, truncate(out.Message, 700))
+				run.Task, run.Name, w.Failures, derived.Truncate(out.Message, 700))
 		}
 		s.ready = workerFailedPermanently(run, w)
 		return
@@ -413,7 +410,7 @@ func (r *SessionReconciler) countFailure(s *sessionScope, run WorkerRun, w *turn
 	w.RetryAt = &metav1.Time{Time: time.Now().Add(backoff).Truncate(time.Second)}
 	if announce {
 		r.Recorder.Eventf(s.session, nil, "Warning", turnlogv1.EventWorkerFailed, "Run",
-			"%s run %s failed (attempt %d): %s", run.Task, run.Name, w.Failures, truncate(out.Message, 800))
+			"%s run %s failed (attempt %d): %s", run.Task, run.Name, w.Failures, derived.Truncate(out.Message, 800))
 	}
 	s.ready = workerFailed(run, w)
 	s.result.RequeueAfter = backoff
@@ -453,8 +450,7 @@ func workerFailedPermanently(run WorkerRun, w *turnlogv1.WorkerRun) *condition {
 // a manager that told its workers something else (an earlier release, a
 // store under another URL) is tried again by this one.
 func trigger(session *turnlogv1.Session, inv worker.Invocation) string {
-	sum := sha256.Sum256([]byte(strings.Join(inv.Args(), "\x00")))
-	return truncate(fmt.Sprintf("%d/%s/%s", session.Generation, hex.EncodeToString(sum[:6]), session.Annotations[turnlogv1.AnnotationRequestedAt]), 64)
+	return derived.Truncate(fmt.Sprintf("%d/%s/%s", session.Generation, inv.Digest()[:12], session.Annotations[turnlogv1.AnnotationRequestedAt]), 64)
 }
 
 // workerInvocation is what the Session's worker runs of task are told,

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/derived"
 	"github.com/turnlog/turnlog/internal/outcome"
 )
 
@@ -95,7 +96,7 @@ func (r *SessionReconciler) deleteLog(ctx context.Context, session *turnlogv1.Se
 	if r.firstReport(session, "orphaned", "") {
 		r.Recorder.Eventf(session, nil, "Warning", turnlogv1.EventLogOrphaned, "Delete",
 			"gave up deleting the log at %s after %s (%s); the Session is released and %s",
-			where, r.DeletionTimeout, truncate(problem.message, 500), after)
+			where, r.DeletionTimeout, derived.Truncate(problem.message, 500), after)
 	}
 	return 0
 }
@@ -106,7 +107,7 @@ func (r *SessionReconciler) setDeletionBlocked(ctx context.Context, session *tur
 	base := session.DeepCopy()
 	meta.SetStatusCondition(&session.Status.Conditions, metav1.Condition{
 		Type: turnlogv1.ConditionReady, Status: metav1.ConditionFalse, Reason: turnlogv1.ReasonDeletionBlocked,
-		Message: truncate(msg, 1024), ObservedGeneration: session.Generation,
+		Message: derived.Truncate(msg, 1024), ObservedGeneration: session.Generation,
 	})
 	if equality.Semantic.DeepEqual(base.Status, session.Status) {
 		return

@@ -43,7 +43,7 @@ func (r *SessionReconciler) assemblyEvents(session *turnlogv1.Session, a *derive
 			reason = turnlogv1.EventMessageTooLarge
 		}
 		r.Recorder.Eventf(messageRef(session, d.Seq), nil, "Warning", reason, "Assemble",
-			"%s", truncate(fmt.Sprintf("seq %d: %s", d.Seq, d.Message), maxNote))
+			"%s", derived.Truncate(fmt.Sprintf("seq %d: %s", d.Seq, d.Message), maxNote))
 	}
 	if rest := total - int64(len(listed)); rest > 0 {
 		r.Recorder.Eventf(session, nil, "Warning", turnlogv1.EventEnvelopeDiscarded, "Assemble",
@@ -73,11 +73,11 @@ func (r *SessionReconciler) replayEvents(session *turnlogv1.Session, rep *derive
 	for _, d := range listed {
 		if d.Code == replay.CodeInvalidContextEvent {
 			r.Recorder.Eventf(messageRef(session, d.Seq), nil, "Warning", turnlogv1.EventContextEventNotApplied, "Replay", "%s",
-				truncate(fmt.Sprintf("context event at seq %d not applied for %s: %s", d.Seq, adapter, d.Message), maxNote))
+				derived.Truncate(fmt.Sprintf("context event at seq %d not applied for %s: %s", d.Seq, adapter, d.Message), maxNote))
 			continue
 		}
 		r.Recorder.Eventf(messageRef(session, d.Seq), nil, "Warning", turnlogv1.EventReplayDegraded, "Replay", "%s",
-			truncate(fmt.Sprintf("seq %d replayed provider-neutral for %s: cause %s: %s", d.Seq, adapter, d.Cause, d.Message), maxNote))
+			derived.Truncate(fmt.Sprintf("seq %d replayed provider-neutral for %s: cause %s: %s", d.Seq, adapter, d.Cause, d.Message), maxNote))
 	}
 	switch rest := total - int64(len(listed)); {
 	case rest > 0 && c.ContextEventsNotApplied == 0:
@@ -124,7 +124,7 @@ func (r *SessionReconciler) believe(ctx context.Context, s *sessionScope, task d
 	} else if !errors.Is(err, derived.ErrUnusable) {
 		return false, err
 	}
-	msg := truncate(err.Error(), 800)
+	msg := derived.Truncate(err.Error(), 800)
 	if r.firstReport(s.session, "rejected/"+string(task), msg) {
 		ctrl.LoggerFrom(ctx).Info("ignoring a checkpoint that does not fit the log", "task", task, "problem", err.Error())
 		r.Recorder.Eventf(s.session, nil, "Warning", turnlogv1.EventCheckpointRejected, "Load",

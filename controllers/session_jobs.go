@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/derived"
 )
 
 // JobSettings are the manager's settings for the worker Jobs it creates.
@@ -185,17 +186,17 @@ func (w *JobWorkers) failureMessage(ctx context.Context, job *batchv1.Job) strin
 					if t.Message != "" {
 						msg += ": " + t.Message
 					}
-					return truncate(msg, 1024)
+					return derived.Truncate(msg, 1024)
 				}
 				if t.Message != "" {
-					return truncate(t.Message, 1024)
+					return derived.Truncate(t.Message, 1024)
 				}
 			}
 		}
 	}
 	for _, c := range job.Status.Conditions {
 		if c.Type == batchv1.JobFailed {
-			return truncate(fmt.Sprintf("worker Job %s failed: %s: %s", job.Name, c.Reason, c.Message), 1024)
+			return derived.Truncate(fmt.Sprintf("worker Job %s failed: %s: %s", job.Name, c.Reason, c.Message), 1024)
 		}
 	}
 	return fmt.Sprintf("worker Job %s failed", job.Name)

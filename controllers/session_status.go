@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/derived"
 	"github.com/turnlog/turnlog/internal/sessionlog"
 )
 
@@ -102,7 +103,7 @@ func setSessionConditions(s *sessionScope) {
 	st := &s.session.Status
 	gen := s.session.Generation
 	set := func(t string, status metav1.ConditionStatus, reason, msg string) {
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: status, Reason: reason, Message: truncate(msg, 1024), ObservedGeneration: gen})
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: status, Reason: reason, Message: derived.Truncate(msg, 1024), ObservedGeneration: gen})
 	}
 
 	switch ready := s.ready; {
@@ -155,16 +156,4 @@ func (s *sessionScope) readyReason() string {
 		return s.ready.reason
 	}
 	return turnlogv1.ReasonCurrent
-}
-
-// truncate shortens s to at most n bytes without splitting a character.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n - len("…")
-	for cut > 0 && s[cut]&0xC0 == 0x80 {
-		cut--
-	}
-	return s[:cut] + "…"
 }

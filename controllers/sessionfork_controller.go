@@ -154,7 +154,7 @@ func (r *SessionForkReconciler) fail(s *forkScope, reason, format string, args .
 	msg := fmt.Sprintf(format, args...)
 	s.status, s.outcome = metav1.ConditionFalse, condition{reason, msg}
 	if r.firstAnnouncement(s.fork, reason) {
-		r.Recorder.Eventf(s.fork, nil, "Warning", turnlogv1.EventForkFailed, "Fork", "%s: %s", reason, truncate(msg, 900))
+		r.Recorder.Eventf(s.fork, nil, "Warning", turnlogv1.EventForkFailed, "Fork", "%s: %s", reason, derived.Truncate(msg, 900))
 	}
 	return fmt.Errorf("%w: %s", errForkFailed, msg)
 }
@@ -171,7 +171,7 @@ func (s *forkScope) storeError(ctx context.Context, store, doing string, err err
 // transientError records an error worth retrying.
 func (s *forkScope) transientError(err error) error {
 	s.transient = true
-	s.outcome = condition{turnlogv1.ReasonForking, truncate(err.Error(), 1024)}
+	s.outcome = condition{turnlogv1.ReasonForking, derived.Truncate(err.Error(), 1024)}
 	return err
 }
 
@@ -396,7 +396,7 @@ func (r *SessionForkReconciler) patchStatus(ctx context.Context, s *forkScope) e
 	}
 	meta.SetStatusCondition(&s.fork.Status.Conditions, metav1.Condition{
 		Type: turnlogv1.ConditionSucceeded, Status: s.status, Reason: s.outcome.reason,
-		Message: truncate(s.outcome.message, 1024), ObservedGeneration: gen,
+		Message: derived.Truncate(s.outcome.message, 1024), ObservedGeneration: gen,
 	})
 	if err := r.Status().Patch(ctx, s.fork, client.MergeFrom(base)); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("patch status: %w", err)

@@ -15,6 +15,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/derived"
 	"github.com/turnlog/turnlog/internal/sessionio"
 	"github.com/turnlog/turnlog/internal/sessionlog"
 	"github.com/turnlog/turnlog/internal/store"
@@ -235,11 +236,11 @@ func storeProblem(ctx context.Context, storeName, doing string, err error) *cond
 	if refused, ok := errors.AsType[*store.RefusedError](err); ok {
 		return &condition{turnlogv1.ReasonObjectRefused, fmt.Sprintf(
 			"%s: store %q refused %s: it is %s; a Session's root in a file:// store may hold only regular files and directories, and nothing else is followed or opened",
-			doing, storeName, truncate(refused.At, 400), refused.Kind)}
+			doing, storeName, derived.Truncate(refused.At, 400), refused.Kind)}
 	}
 	var data *sessionlog.DataError
 	if errors.As(err, &data) {
-		return &condition{turnlogv1.ReasonStoreUnavailable, fmt.Sprintf("%s: %s", doing, truncate(data.Error(), 800))}
+		return &condition{turnlogv1.ReasonStoreUnavailable, fmt.Sprintf("%s: %s", doing, derived.Truncate(data.Error(), 800))}
 	}
 	ctrl.LoggerFrom(ctx).Error(err, "object store failed", "store", storeName, "doing", doing)
 	return &condition{turnlogv1.ReasonStoreUnavailable, fmt.Sprintf("%s: store %q %s; the details are in the manager's log", doing, storeName, storeFailure(err))}
@@ -270,6 +271,6 @@ func (r *SessionReconciler) reportRefused(s *sessionScope) {
 		return
 	}
 	if r.firstReport(s.session, task, s.ready.message) {
-		r.Recorder.Eventf(s.session, nil, "Warning", turnlogv1.EventObjectRefused, "Read", "%s", truncate(s.ready.message, maxNote))
+		r.Recorder.Eventf(s.session, nil, "Warning", turnlogv1.EventObjectRefused, "Read", "%s", derived.Truncate(s.ready.message, maxNote))
 	}
 }

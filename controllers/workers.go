@@ -69,7 +69,7 @@ type Workers interface {
 // rather than inheriting the failures of a command it no longer runs.
 func runName(session *turnlogv1.Session, inv worker.Invocation, position string) string {
 	task := inv.Task
-	sum := sha256.Sum256([]byte(string(session.UID) + "/" + string(task) + "/" + position + "\x00" + strings.Join(inv.Args(), "\x00")))
+	sum := sha256.Sum256([]byte(string(session.UID) + "/" + string(task) + "/" + position + "\x00" + inv.Digest()))
 	name := strings.TrimRight(session.Name, "-.")
 	if len(name) > 40 {
 		name = strings.TrimRight(name[:40], "-.")

@@ -120,6 +120,8 @@ func (s *Summary) Note(d Diagnostic) {
 	}
 }
 
+// Truncate shortens s to at most n bytes without splitting a character,
+// marking the cut with an ellipsis.
 func Truncate(s string, n int) string {
 	if len(s) <= n {
 		return s

@@ -2,6 +2,8 @@ package worker
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -69,6 +71,13 @@ func (inv Invocation) Args() []string {
 		args = append(args, "--"+f.Name+"="+f.Value.String())
 	})
 	return args
+}
+
+// Digest identifies the invocation by its command line: equal digests, the
+// same arguments.
+func (inv Invocation) Digest() string {
+	sum := sha256.Sum256([]byte(strings.Join(inv.Args(), "\x00")))
+	return hex.EncodeToString(sum[:])
 }
 
 // errUsage is a command line ParseArgs refused; its message is already

@@ -13,6 +13,7 @@
 // naming it, never followed or opened.
 import { createHash, randomBytes } from "node:crypto";
 import { constants, promises as fsp, mkdirSync, type Stats, statSync } from "node:fs";
+import type { FileHandle } from "node:fs/promises";
 import { join } from "node:path";
 
 import { META_WRITER, type Store, StoreError } from "./store.ts";
@@ -138,8 +139,11 @@ class FileStore implements Store {
 		return path;
 	}
 
-	/** readRegular reads the regular file path (the object key, or its sidecar). */
-	private async readRegular(op: string, key: string, path: string, limit = Infinity): Promise<Buffer> {
+	/**
+	 * openRegular opens the regular file path (the object key, or its
+	 * sidecar) for reading, and returns it with its size.
+	 */
+	private async openRegular(op: string, key: string, path: string): Promise<{ fh: FileHandle; size: number }> {
 		let st: Stats;
 		try {
 			st = await fsp.lstat(path);
@@ -157,12 +161,19 @@ class FileStore implements Store {
 			if (code(err) === "ENOENT") throw new StoreError(`${op} ${JSON.stringify(key)}: not found`, "notFound");
 			throw new StoreError(`${op} ${JSON.stringify(key)}: ${(err as Error).message}`, "transient");
 		});
+		const now = await fh.stat();
+		if (now.ino !== st.ino || now.dev !== st.dev || !now.isFile()) {
+			await fh.close();
+			throw refused(op, key, key, "an entry that changed while it was being opened");
+		}
+		return { fh, size: now.size };
+	}
+
+	/** readRegular reads the regular file path, refusing one larger than limit bytes. */
+	private async readRegular(op: string, key: string, path: string, limit = Infinity): Promise<Buffer> {
+		const { fh, size } = await this.openRegular(op, key, path);
 		try {
-			const now = await fh.stat();
-			if (now.ino !== st.ino || now.dev !== st.dev || !now.isFile()) {
-				throw refused(op, key, key, "an entry that changed while it was being opened");
-			}
-			if (now.size > limit) throw new StoreError(`${op} ${JSON.stringify(key)}: larger than ${limit} bytes`, "permanent");
+			if (size > limit) throw new StoreError(`${op} ${JSON.stringify(key)}: larger than ${limit} bytes`, "permanent");
 			return await fh.readFile();
 		} finally {
 			await fh.close();
@@ -258,11 +269,8 @@ class FileStore implements Store {
 		checkKey(key);
 		const dir = await this.dirs("head", key, false);
 		const path = join(dir, key.split("/").at(-1) as string);
-		await this.readRegular("head", key, path, 0).catch((err) => {
-			// The object must be there; its size does not matter here.
-			if (err instanceof StoreError && err.message.includes("larger than")) return;
-			throw err;
-		});
+		// The object must be there (a regular file); its metadata is beside it.
+		await (await this.openRegular("head", key, path)).fh.close();
 		let raw: Buffer;
 		try {
 			raw = await this.readRegular("head", key, `${path}.attrs`, MAX_ATTRS_BYTES);
