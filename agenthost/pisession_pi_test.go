@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/turnlog/turnlog/internal/testutil/pitest"
 	"github.com/turnlog/turnlog/internal/worker"
 )
 
@@ -35,6 +36,7 @@ type piCase struct {
 	Leaf          *string           `json:"leaf"`
 	ParentSession string            `json:"parentSession"`
 	Messages      []json.RawMessage `json:"messages"`
+	Context       []json.RawMessage `json:"context"`
 }
 
 // makePiSessions runs test/pi/0.73/make-sessions.mjs: pi-coding-agent's own
@@ -66,16 +68,20 @@ func decode(t *testing.T, raw []byte) map[string]any {
 	return v
 }
 
-// TestImportPiSessions imports the sessions pi-coding-agent wrote — a
-// branched tree (its last leaf and an earlier one), a forkFrom child, and
-// files of versions 1 and 2 — and checks message for message that the log
+// TestImportPiSessions imports the sessions pi-coding-agent 0.73.1 wrote — a
+// branched tree (its last leaf and an earlier one), a forkFrom child, files
+// of versions 1 and 2, compactions (one cutting a turn, one reaching back
+// before the previous one's kept entries, one in a version-1 file naming
+// its kept entry by index) — and checks message for message that the log
 // holds what pi reads from each file: assistant messages byte for byte
 // (inline signatures and all), user messages and tool results member for
 // member, other messages as pi/message events. Then the workers replay the
-// log, and the stored transcript holds pi's messages: user messages, tool
+// log, and the stored transcript holds the messages pi resumes with (its
+// convertToLlm of its context): user messages, compaction summaries, tool
 // results, and the assistant messages replayed native with pi's
 // signatures (unsigned ones are the same content either way); aborted ones
-// left out, as pi-ai leaves them out.
+// left out, as pi-ai leaves them out, and a kept tool result whose call was
+// compacted away too (the orphan-tool-results deviation).
 func TestImportPiSessions(t *testing.T) {
 	for _, pc := range makePiSessions(t) {
 		t.Run(pc.Name, func(t *testing.T) {
@@ -157,17 +163,14 @@ func TestImportPiSessions(t *testing.T) {
 				t.Fatal(err)
 			}
 			var want []map[string]any
-			for _, raw := range pc.Messages {
+			for _, raw := range pc.Context {
 				w := decode(t, raw)
 				if w["stopReason"] == "aborted" || w["stopReason"] == "error" {
 					continue // not model history
 				}
-				if w["role"] == "custom" {
-					// convertToLlm sends an extension's message as a user message.
-					w = map[string]any{"role": "user", "content": sentContent(w["content"]), "timestamp": w["timestamp"]}
-				}
 				want = append(want, w)
 			}
+			want = pitest.Pair(want, func(map[string]any) bool { return true }, func(map[string]any) {}, func(string) {})
 			if len(tr.Messages) != len(want) {
 				t.Fatalf("the transcript holds %d messages, want %d", len(tr.Messages), len(want))
 			}

@@ -84,7 +84,31 @@ func runReplay(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	if opts.Through < 0 {
 		opts.Through = replay.Head
 	}
-	err := withLog(ctx, name, stdin, func(r *turnlog.Reader) (err error) {
+	// A context event may need messages the context no longer holds, which
+	// replay reads from the log again: stdin is kept in a file for that.
+	path, cleanup, err := rereadable(ctx, name, stdin)
+	defer cleanup()
+	if err != nil {
+		return fail(stderr, fs.Name(), fmt.Errorf("%s: %w", logName(name), err))
+	}
+	opts.Reread = func(_ int64, read func(turnlog.Source) error) error {
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		return read(turnlog.NewReader(f))
+	}
+	in := stdin
+	if name == "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return fail(stderr, fs.Name(), err)
+		}
+		defer f.Close()
+		in = f
+	}
+	err = withLog(ctx, name, in, func(r *turnlog.Reader) (err error) {
 		out.Result, err = replay.Transcript(r, opts)
 		return err
 	})
@@ -222,4 +246,25 @@ func runValidate(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	}
 	fmt.Fprintf(stdout, "%s: valid, %d events\n", logName(name), events)
 	return 0
+}
+
+// rereadable returns a file holding the log argument name: the file itself,
+// or for - a temporary copy of stdin, which cleanup removes.
+func rereadable(ctx context.Context, name string, stdin io.Reader) (path string, cleanup func(), err error) {
+	if name != "-" {
+		return name, func() {}, nil
+	}
+	f, err := os.CreateTemp("", "turnlog-stdin-*.jsonl")
+	if err != nil {
+		return "", func() {}, err
+	}
+	cleanup = func() { os.Remove(f.Name()) }
+	_, err = io.Copy(f, interruptible(ctx, stdin))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if cause := context.Cause(ctx); cause != nil {
+		err = cause
+	}
+	return f.Name(), cleanup, err
 }

@@ -341,3 +341,32 @@ func TestHelpListsCommands(t *testing.T) {
 		t.Errorf("help replay: exit %d\n%s", code, out)
 	}
 }
+
+// An edit that brings back a message an earlier edit removed reads the log
+// again: from a file, and from stdin, which replay keeps for that.
+func TestReplayBringsBackWhatAnEarlierEditRemoved(t *testing.T) {
+	log := `{"seq":0,"type":"turn/start","turn":1}
+{"seq":1,"type":"user/message","turn":1,"content":"my password is hunter2"}
+{"seq":2,"type":"assistant/message","turn":1,"response":0,"message":{"content":[{"type":"text","text":"noted"}],"stopReason":"stop"}}
+{"seq":3,"type":"turn/end","turn":1,"reason":"stop"}
+{"seq":4,"type":"context/edit","targetSeq":1,"replacement":null}
+{"seq":5,"type":"context/edit","targetSeq":1,"replacement":{"content":"my password is [redacted]"}}
+`
+	file := filepath.Join(t.TempDir(), "edits.jsonl")
+	if err := os.WriteFile(file, []byte(log), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, arg := range []string{file, "-"} {
+		out, errOut, code := cli(t, log, "replay", arg)
+		if code != 0 {
+			t.Fatalf("turnlog replay %s: exit %d: %s", arg, code, errOut)
+		}
+		v := decode(t, "replay", out)
+		if got := path(t, v, "messages", 0, "message", "content"); got != "my password is [redacted]" {
+			t.Errorf("turnlog replay %s: the first message is %v, want the edited one back", arg, got)
+		}
+		if got := path(t, v, "context", "edits"); got != 2.0 {
+			t.Errorf("turnlog replay %s: %v edits applied, want 2", arg, got)
+		}
+	}
+}

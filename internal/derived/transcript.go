@@ -41,6 +41,8 @@ func LoadReplayState(ctx context.Context, log Log, target turnlog.Adapter, state
 	if err == nil && found {
 		if perr := checkParts(state.Parts); perr != nil {
 			err = fmt.Errorf("read %s: %w: %w", name, ErrUnusable, perr)
+		} else if c := state.Summary.Replay; state.Context == nil && c != nil && c.Compactions+c.Edits > 0 {
+			err = fmt.Errorf("read %s: %w: it does not say where the context starts", name, ErrUnusable)
 		}
 	}
 	return found, err
@@ -55,6 +57,11 @@ type ReplayState struct {
 	// that the next turn may still answer. The transcript is the segments'
 	// messages followed by Open.Tail().
 	Open replay.OpenCalls `json:"open,omitzero"`
+	// Context is where the transcript's context starts and what edits left
+	// out of it, which the next run's context events need. A checkpoint
+	// written before it was recorded has none, and one of a transcript that
+	// a compaction or an edit changed is replayed again.
+	Context *replay.ContextState `json:"context,omitempty"`
 	// Parts are the stored parts of the transcript, in order.
 	Parts []PartRef `json:"parts,omitempty"`
 }

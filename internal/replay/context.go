@@ -10,13 +10,24 @@ import (
 
 // The context events change messages that are already in the transcript: a
 // compaction replaces those before its first kept seq with a summary, an
-// edit replaces or removes one message. Both work on the transcript's raw
-// context — its messages without the synthetic tool results, in seq order,
-// which puts back a system message held behind open calls — and then pass
-// the changed context through the emit steps again, so pairing, synthetic
-// results and held system messages come out as a replay of the changed
-// context would make them (pi-coding-agent builds the context, then pi-ai's
-// transformMessages runs over it). The cost is the context's, not the log's.
+// edit replaces or removes one message. The context is pi-coding-agent's:
+// the last compaction's messages, the messages from its first kept seq up
+// to it (without system messages), then every message after it, each with
+// the latest edit of it applied to the message as the log holds it — an
+// edit may bring back what an earlier one removed — and then pi-ai's
+// transformMessages over that (pairing, synthetic results, held system
+// messages: the emit steps).
+//
+// Most context events only need the context as it stands: they work on the
+// transcript's raw context — its messages without the synthetic tool
+// results, in seq order, which puts back a system message held behind open
+// calls — and pass the changed context through the emit steps again; the
+// cost is the context's, not the log's. Two need messages that are no
+// longer in the context, and the builder reads the log again from where
+// the context starts (Options.Reread) and builds it as pi does: an edit of
+// a message an earlier edit removed, or one that gives an assistant message
+// tool calls it does not have now (their results were left out with them),
+// and a compaction that keeps from before where the context starts.
 
 // OriginCompaction is the Origin of the messages a compaction puts first:
 // its system message and its summary.
@@ -35,6 +46,31 @@ type ContextInfo struct {
 	// that changed the transcript during the replay.
 	Compactions int `json:"compactions"`
 	Edits       int `json:"edits"`
+}
+
+// ContextState is what a replay resumed at a turn boundary must know of the
+// context events before it (Options.Context, Builder.ContextState): where
+// the context starts, and which of its messages an edit left out.
+type ContextState struct {
+	// KeptFrom is the first seq the context holds messages from: the last
+	// compaction's first kept seq, 0 before any.
+	KeptFrom int64 `json:"keptFrom,omitempty"`
+	// Removed are the seqs at or after KeptFrom whose latest edit left
+	// their messages out, in the order they were left out.
+	Removed []int64 `json:"removed,omitempty"`
+}
+
+// ContextState returns where the context starts and what edits left out of
+// it, for the next replay to resume with.
+func (b *Builder) ContextState() ContextState {
+	return ContextState{KeptFrom: b.ctx.KeptFrom, Removed: slices.Clone(b.ctx.Removed)}
+}
+
+// keepFrom moves the context's start to seq: what an edit left out before it
+// is no longer in the context anyway.
+func (s *ContextState) keepFrom(seq int64) {
+	s.KeptFrom = seq
+	s.Removed = slices.DeleteFunc(s.Removed, func(r int64) bool { return r < seq })
 }
 
 // Err reports a failure to read the stored transcript (Options.Prior) that
@@ -114,25 +150,52 @@ func (b *Builder) restart(first []Message, context []Message) {
 			b.emitToolResult(m, r.ToolCallID)
 		case "system":
 			b.emitSystem(m)
+		case roleInterrupted:
+			b.settle()
 		default:
 			b.emitUser(m)
 		}
 	}
 }
 
+// roleInterrupted marks, in a context read from the log, where a response
+// that never completed stood: it is no message, but like the aborted
+// message pi-ai keeps for it, it ends the tool calls of the message before
+// it (see addAssistant).
+const roleInterrupted = "interrupted"
+
 // compact replaces the transcript with the compaction's system message and
 // summary, then the messages from its first kept seq on — but for system
 // messages (the compaction's own holds the whole prompt and tool state)
-// and an earlier compaction's messages.
+// and an earlier compaction's messages. A compaction that keeps from before
+// where the context starts brings back what an earlier one summarized, as
+// pi-coding-agent follows the kept entry wherever it is: the context is
+// then read from the log.
 func (b *Builder) compact(it turnItem) {
+	firstKept := *it.compaction.FirstKeptSeq
+	if firstKept < b.ctx.KeptFrom {
+		if b.rebuildFromLog(it, firstKept) {
+			b.result.Context.CompactionSeq = it.seq
+			b.result.Context.Compactions++
+		}
+		return
+	}
 	if !b.loadPrior() {
 		return
 	}
-	c := it.compaction
-	firstKept := *c.FirstKeptSeq
 	kept := slices.DeleteFunc(b.rawContext(), func(m Message) bool {
 		return m.Seq < firstKept || m.Seq >= it.seq || m.Role == "system" || m.Origin == OriginCompaction
 	})
+	b.restart(b.compactionMessages(it), kept)
+	b.ctx.keepFrom(firstKept)
+	b.result.Context.CompactionSeq = it.seq
+	b.result.Context.Compactions++
+}
+
+// compactionMessages are the messages a compaction puts first: its system
+// message (none on 0.73) and its summary.
+func (b *Builder) compactionMessages(it turnItem) []Message {
+	c := it.compaction
 	var first []Message
 	if len(c.SystemMessage) > 0 && b.target.Line() != turnlog.ReleaseLine073 {
 		var s turnlog.SystemMessageEvent
@@ -144,17 +207,41 @@ func (b *Builder) compact(it turnItem) {
 		}
 		first = append(first, b.systemMessage(Message{Seq: it.seq, Role: "system", Origin: OriginCompaction}, s, it.time))
 	}
-	first = append(first, b.userMessage(Message{Seq: it.seq, Role: "user", Origin: OriginCompaction}, c.Content, it.time))
-	b.restart(first, kept)
-	b.result.Context.CompactionSeq = it.seq
-	b.result.Context.Compactions++
+	return append(first, b.userMessage(Message{Seq: it.seq, Role: "user", Origin: OriginCompaction}, c.Content, it.time))
+}
+
+// replacement is an edit's new content, nil for an edit that leaves the
+// message out.
+func (it turnItem) replacement() *json.RawMessage {
+	if string(it.edit.Replacement) == "null" {
+		return nil
+	}
+	var r struct {
+		Content json.RawMessage `json:"content"`
+	}
+	if err := json.Unmarshal(it.edit.Replacement, &r); err != nil {
+		panic(fmt.Sprintf("replay: decode the replacement of the edit at seq %d, which decoding checked: %v", it.seq, err))
+	}
+	return &r.Content
 }
 
 // applyEdit replaces the content of the messages of the edit's target, or
 // leaves them out. A target with no message in the context (summarized,
-// left out, or never a message) changes nothing, as in pi-coding-agent.
+// left out, or never a message) changes nothing, as in pi-coding-agent —
+// but for a message an earlier edit left out, which pi brings back: the
+// latest edit applies to the message as the log holds it.
 func (b *Builder) applyEdit(it turnItem) {
 	target := *it.edit.TargetSeq
+	replacement := it.replacement()
+	if target < b.ctx.KeptFrom {
+		return
+	}
+	if slices.Contains(b.ctx.Removed, target) {
+		if replacement != nil && b.rebuildFromLog(it, b.ctx.KeptFrom) {
+			b.result.Context.Edits++
+		}
+		return
+	}
 	if !slices.ContainsFunc(b.result.Messages, func(m Message) bool { return m.Seq == target && !m.Synthetic }) &&
 		!slices.ContainsFunc(b.open.Held, func(m Message) bool { return m.Seq == target }) && !b.resumed {
 		return
@@ -162,17 +249,13 @@ func (b *Builder) applyEdit(it turnItem) {
 	if !b.loadPrior() {
 		return
 	}
-	var replacement *json.RawMessage
-	if string(it.edit.Replacement) != "null" {
-		var r struct {
-			Content json.RawMessage `json:"content"`
-		}
-		if err := json.Unmarshal(it.edit.Replacement, &r); err != nil {
-			panic(fmt.Sprintf("replay: decode the replacement of the edit at seq %d, which decoding checked: %v", it.seq, err))
-		}
-		replacement = &r.Content
-	}
 	context := b.rawContext()
+	if replacement != nil && b.bringsBackResults(context, target, *replacement) {
+		if b.rebuildFromLog(it, b.ctx.KeptFrom) {
+			b.result.Context.Edits++
+		}
+		return
+	}
 	changed := false
 	out := context[:0]
 	for _, m := range context {
@@ -184,19 +267,56 @@ func (b *Builder) applyEdit(it turnItem) {
 		if replacement == nil {
 			continue
 		}
-		edited, err := b.replaceContent(m, *replacement)
-		if err != nil {
-			b.diagnose(Diagnostic{Code: CodeInvalidContextEvent, Seq: it.seq,
-				Message: fmt.Sprintf("the edit of seq %d cannot be applied: %v; seq %d is replayed as it was", target, err, target)})
-			edited = m
-		}
-		out = append(out, edited)
+		out = append(out, b.edited(m, *replacement, it.seq, true))
 	}
 	if !changed {
 		return
 	}
+	if replacement == nil {
+		b.ctx.Removed = append(b.ctx.Removed, target)
+	}
 	b.restart(nil, out)
 	b.result.Context.Edits++
+}
+
+// bringsBackResults reports whether an edit gives the assistant message at
+// target a tool call it does not have now: the results of such a call were
+// left out of the context, and only the log still holds them.
+func (b *Builder) bringsBackResults(context []Message, target int64, replacement json.RawMessage) bool {
+	var blocks []turnlog.ContentBlock
+	if len(replacement) == 0 || replacement[0] != '[' || json.Unmarshal(replacement, &blocks) != nil {
+		return false
+	}
+	for _, m := range context {
+		if m.Seq != target || m.Role != "assistant" {
+			continue
+		}
+		var a turnlog.AssistantMessage
+		if err := a.UnmarshalJSON(m.Message); err != nil {
+			panic(fmt.Sprintf("replay: decode the assistant message at seq %d it encoded: %v", m.Seq, err))
+		}
+		for _, c := range toolCalls(blocks) {
+			if !slices.ContainsFunc(toolCalls(a.Content), func(have Call) bool { return have.ID == c.ID }) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// edited is m with an edit's replacement content, or m as it was when the
+// replacement does not fit it (reported when report is set: the edit is
+// being applied for the first time).
+func (b *Builder) edited(m Message, replacement json.RawMessage, editSeq int64, report bool) Message {
+	out, err := b.replaceContent(m, replacement)
+	if err != nil {
+		if report {
+			b.diagnose(Diagnostic{Code: CodeInvalidContextEvent, Seq: editSeq,
+				Message: fmt.Sprintf("the edit of seq %d cannot be applied: %v; seq %d is replayed as it was", m.Seq, err, m.Seq)})
+		}
+		return m
+	}
+	return out
 }
 
 // diagnose reports a diagnostic through the one hook.
@@ -219,6 +339,9 @@ func (b *Builder) replaceContent(m Message, content json.RawMessage) (Message, e
 			return raw
 		}
 		return content
+	}
+	if m.Origin == OriginCompaction {
+		return m, nil // pi edits a compaction's messages away, never their content
 	}
 	switch m.Role {
 	case "system":

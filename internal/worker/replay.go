@@ -164,9 +164,25 @@ func (r *replayRunner) builder(p *replayPass) *replay.Builder {
 			return msgs, err
 		}
 	}
+	var context replay.ContextState
+	if r.state.Context != nil {
+		context = *r.state.Context
+	}
 	p.b = replay.NewBuilder(replay.Options{Target: p.counts.Target, Through: replay.Head, Open: r.state.Open, Prior: prior,
+		Context: context, Reread: r.reread,
 		OnDiagnostic: func(d replay.Diagnostic) { p.diags = append(p.diags, d) }})
 	return p.b
+}
+
+// reread reads the log again for a context event that needs messages the
+// stored transcript no longer holds (replay.Options.Reread).
+func (r *replayRunner) reread(from int64, read func(turnlog.Source) error) error {
+	events, err := r.log.Events(r.ctx, from)
+	if err != nil {
+		return err
+	}
+	defer events.Close()
+	return read(events)
 }
 
 // takeIn feeds the pass's events to its builder, a turn at a time.
@@ -230,7 +246,8 @@ func (r *replayRunner) takeIn(p *replayPass) (more bool, err error) {
 // as parts and writes the checkpoint that lists them.
 func (r *replayRunner) commit(p *replayPass) error {
 	res, open := p.b.Checkpoint()
-	r.state.Open = open
+	context := p.b.ContextState()
+	r.state.Open, r.state.Context = open, &context
 	r.foldCounts(p, res)
 	partDiags, stored := p.diags, p.stored
 	if res.Rebuilt {

@@ -94,7 +94,7 @@ func checkEverySplit(t *testing.T, r *rand.Rand, data []byte, target turnlog.Ada
 		if w, ok := whole[through]; ok {
 			return w
 		}
-		res, err := replay.Transcript(turnlog.NewReader(bytes.NewReader(data)), replay.Options{Target: target, Through: through})
+		res, err := replay.Transcript(turnlog.NewReader(bytes.NewReader(data)), replay.Options{Target: target, Through: through, Reread: replay.RereadBytes(data)})
 		if err != nil {
 			t.Fatalf("%s: whole replay: %v", name, err)
 		}
@@ -220,7 +220,11 @@ func (g *splitGen) context(turn int) {
 		g.addMessage(`"type":"context/compaction"%s,"content":[{"type":"text","text":"summary %d"}],"firstKeptSeq":%d,"tokensBefore":1000%s`, at, self, kept, system)
 	}
 	if target, ok := g.recent(10); ok && g.r.Float64() < 0.12 {
-		replacement := []string{`null`, `{"content":[{"type":"text","text":"edited"}]}`, `{"content":"edited as a string"}`}[g.r.IntN(3)]
+		// Edits of a message edited before, and edits that give an
+		// assistant message a recent call (perhaps one an earlier edit took
+		// away), read the log again.
+		replacement := []string{`null`, `{"content":[{"type":"text","text":"edited"}]}`, `{"content":"edited as a string"}`,
+			fmt.Sprintf(`{"content":[{"type":"text","text":"edited"},{"type":"toolCall","id":"c%d","name":"grep","arguments":{}}]}`, max(1, g.ids-g.r.IntN(3)))}[g.r.IntN(4)]
 		g.add(`"type":"context/edit"%s,"targetSeq":%d,"replacement":%s`, at, target, replacement)
 	}
 }

@@ -363,3 +363,140 @@ func TestAssembleRefusesShortRead(t *testing.T) {
 		t.Fatal("a short read left an assembly checkpoint")
 	}
 }
+
+// The context events that need messages the stored transcript no longer
+// holds — an edit of a message an earlier edit removed, an edit that gives
+// an assistant message back a tool call whose result an earlier edit left
+// out, a compaction keeping from before the previous one's kept messages —
+// read the log again, in a run after the one that stored the transcript
+// they change: after each run the stored transcript is a whole replay's.
+func TestReplayRunsReadTheLogAgainForWhatTheContextLost(t *testing.T) {
+	ctx := context.Background()
+	const sessionStart = `{"seq":0,"type":"session/start","adapter":{"kind":"pi-ai","api":"anthropic-messages","provider":"anthropic","model":"claude"}}` + "\n"
+	turn := func(seq, n int, question, answer string) string {
+		return fmt.Sprintf(`{"seq":%d,"type":"turn/start","turn":%d}
+{"seq":%d,"type":"user/message","turn":%d,"content":[{"type":"text","text":%q}]}
+{"seq":%d,"type":"assistant/message","turn":%d,"response":0,"message":{"content":[{"type":"text","text":%q}],"stopReason":"stop"}}
+{"seq":%d,"type":"turn/end","turn":%d,"reason":"stop"}
+`, seq, n, seq+1, n, question, seq+2, n, answer, seq+3, n)
+	}
+	for _, tc := range []struct {
+		name string
+		// runs are the log's pieces, each replayed by a run; want is the
+		// stored transcript's texts after the last.
+		runs []string
+		want string
+	}{{
+		name: "an edit of a message an earlier edit removed",
+		runs: []string{
+			sessionStart + turn(1, 1, "my password is hunter2", "no") +
+				`{"seq":5,"type":"context/edit","targetSeq":2,"replacement":null}` + "\n" + turn(6, 2, "and now?", "still no"),
+			`{"seq":10,"type":"context/edit","targetSeq":2,"replacement":{"content":"my password is [redacted]"}}` + "\n" + turn(11, 3, "thanks", "welcome"),
+		},
+		want: "my password is [redacted]|no|and now?|still no|thanks|welcome",
+	}, {
+		name: "an edit that gives a tool call back",
+		runs: []string{
+			sessionStart + `{"seq":1,"type":"turn/start","turn":1}
+{"seq":2,"type":"user/message","turn":1,"content":"read the config"}
+{"seq":3,"type":"assistant/message","turn":1,"response":0,"message":{"content":[{"type":"toolCall","id":"c1","name":"cat","arguments":{}}],"stopReason":"toolUse"}}
+{"seq":4,"type":"tool/result","turn":1,"toolCallId":"c1","toolName":"cat","content":[{"type":"text","text":"port: 8080"}],"isError":false}
+{"seq":5,"type":"assistant/message","turn":1,"response":1,"message":{"content":[{"type":"text","text":"8080"}],"stopReason":"stop"}}
+{"seq":6,"type":"turn/end","turn":1,"reason":"stop"}
+{"seq":7,"type":"context/edit","targetSeq":3,"replacement":{"content":"reading the config"}}
+` + turn(8, 2, "which port?", "8080"),
+			`{"seq":12,"type":"context/edit","targetSeq":3,"replacement":{"content":[{"type":"text","text":"reading"},{"type":"toolCall","id":"c1","name":"cat","arguments":{}}]}}` + "\n" +
+				turn(13, 3, "sure?", "yes"),
+		},
+		want: "read the config|reading|port: 8080|8080|which port?|8080|sure?|yes",
+	}, {
+		name: "a compaction that keeps from before the previous one's kept messages",
+		runs: []string{
+			sessionStart + turn(1, 1, "one", "1") + turn(5, 2, "two", "2") + turn(9, 3, "three", "3") +
+				`{"seq":13,"type":"context/compaction","content":"first summary","firstKeptSeq":10}` + "\n" + turn(14, 4, "four", "4"),
+			`{"seq":18,"type":"context/compaction","content":"second summary","firstKeptSeq":6}` + "\n" + turn(19, 5, "five", "5"),
+		},
+		want: "second summary|two|2|three|3|four|4|five|5",
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			log := newMemLog(t, nil)
+			var data []byte
+			for _, piece := range tc.runs {
+				log.append(t, []byte(piece))
+				data = append(data, piece...)
+				if _, err := Replay(ctx, log, turnlog.Adapter{}); err != nil {
+					t.Fatal(err)
+				}
+				whole, err := replay.Transcript(turnlog.NewReader(bytes.NewReader(data)), replay.Options{Through: replay.Head, Reread: replay.RereadBytes(data)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := storedTranscript(t, log, turnlog.Adapter{}); !equalJSON(got, whole.Messages) {
+					t.Fatalf("after the run through seq %d, the stored transcript differs from a whole replay:\n%s\n%s", len(log.events)-1, texts(got), texts(whole.Messages))
+				}
+			}
+			if got := texts(storedTranscript(t, log, turnlog.Adapter{})); got != tc.want {
+				t.Errorf("stored transcript %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+// texts is the text of each message, joined by |.
+func texts(msgs []replay.Message) string {
+	var out []string
+	for _, m := range msgs {
+		var v struct{ Content json.RawMessage }
+		_ = json.Unmarshal(m.Message, &v)
+		var s string
+		if json.Unmarshal(v.Content, &s) != nil {
+			var blocks []struct{ Text string }
+			_ = json.Unmarshal(v.Content, &blocks)
+			var parts []string
+			for _, b := range blocks {
+				if b.Text != "" {
+					parts = append(parts, b.Text)
+				}
+			}
+			s = strings.Join(parts, "+")
+		}
+		out = append(out, s)
+	}
+	return strings.Join(out, "|")
+}
+
+// A checkpoint stored before checkpoints said where the context starts is
+// not believed once a context event has changed the transcript: the log is
+// replayed again, so an edit after it is applied as pi applies it.
+func TestReplayCheckpointWithoutContextIsReplayedAgain(t *testing.T) {
+	ctx := context.Background()
+	data := []byte(`{"seq":0,"type":"turn/start","turn":1}
+{"seq":1,"type":"user/message","turn":1,"content":"secret"}
+{"seq":2,"type":"assistant/message","turn":1,"response":0,"message":{"content":[{"type":"text","text":"ok"}],"stopReason":"stop"}}
+{"seq":3,"type":"turn/end","turn":1,"reason":"stop"}
+{"seq":4,"type":"context/edit","targetSeq":1,"replacement":null}
+{"seq":5,"type":"context/edit","targetSeq":1,"replacement":{"content":"[redacted]"}}
+`)
+	log := newMemLog(t, lines(data, 0, 5))
+	if _, err := Replay(ctx, log, turnlog.Adapter{}); err != nil {
+		t.Fatal(err)
+	}
+	name := derived.ReplayCheckpoint(turnlog.Adapter{})
+	var checkpoint map[string]json.RawMessage
+	if err := json.Unmarshal(log.objects[name], &checkpoint); err != nil {
+		t.Fatalf("checkpoint %s: %v", name, err)
+	}
+	if _, ok := checkpoint["context"]; !ok {
+		t.Fatalf("the checkpoint does not record the context: %s", log.objects[name])
+	}
+	delete(checkpoint, "context")
+	log.objects[name], _ = json.Marshal(checkpoint)
+
+	log.append(t, lines(data, 5, 6))
+	if _, err := Replay(ctx, log, turnlog.Adapter{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := texts(storedTranscript(t, log, turnlog.Adapter{})); got != "[redacted]|ok" {
+		t.Errorf("stored transcript %s, want the message back with the latest edit", got)
+	}
+}

@@ -692,7 +692,7 @@ func compareEveryTurn(t *testing.T, e *env, ref sessionRef, log []byte, events [
 		}
 		pc := resumeOf(t, e, file, leaf)
 		tgt := target(pc)
-		res, err := replay.Transcript(turnlog.NewReader(bytes.NewReader(log)), replay.Options{Target: tgt, Through: ev.Seq})
+		res, err := replay.Transcript(turnlog.NewReader(bytes.NewReader(log)), replay.Options{Target: tgt, Through: ev.Seq, Reread: replay.RereadBytes(log)})
 		if err != nil {
 			t.Fatalf("replay through seq %d: %v", ev.Seq, err)
 		}

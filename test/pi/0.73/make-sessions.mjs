@@ -1,12 +1,16 @@
 // Writes pi-coding-agent session files with pi-coding-agent's own
 // SessionManager into the directory given as the first argument, and prints
-// a manifest as JSON to stdout: for each file (and leaf), the messages
-// pi-coding-agent itself rebuilds from it (loadEntriesFromFile, its
-// migrations and buildSessionContext), so turnlog's import test
-// (agenthost/pisession_pi_test.go) compares its log with pi's own reading.
+// a manifest as JSON to stdout: for each file (and leaf), what
+// pi-coding-agent itself reads from it (loadEntriesFromFile, its migrations
+// and buildSessionContext), so turnlog's import test
+// (agenthost/pisession_pi_test.go) compares its log and its transcript with
+// pi's own reading.
 //
 //   node make-sessions.mjs DIR
-//   stdout: [{"name", "file", "leaf", "parentSession", "messages": [...]}, ...]
+//   stdout: [{"name", "file", "leaf", "parentSession", "messages": [...], "context": [...]}, ...]
+//     messages: the messages on the path to the leaf, compacted ones included
+//     context:  convertToLlm(buildSessionContext(...).messages): what pi
+//               resumes with and hands to pi-ai
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import {
@@ -15,6 +19,7 @@ import {
 	loadEntriesFromFile,
 	migrateSessionEntries,
 } from "./node_modules/@mariozechner/pi-coding-agent/dist/core/session-manager.js";
+import { convertToLlm } from "./node_modules/@mariozechner/pi-coding-agent/dist/core/messages.js";
 
 const dir = process.argv[2];
 if (!dir) throw new Error("usage: node make-sessions.mjs DIR");
@@ -70,7 +75,7 @@ fork.appendMessage(assistant([{ type: "text", text: "a.go is gone." }], "stop"))
 const forkFile = fork.getSessionFile();
 
 // Older versions, as pi-coding-agent 0.x wrote them: version 1 has no
-// tree (entries in order), version 2 still says hookMessage.
+// tree (entries in order), version 2 still says hookMessage (and compacts).
 const v1File = join(dir, "v1.jsonl");
 const v1 = [
 	{ type: "session", id: "v1-session", timestamp: "2025-06-01T10:00:00.000Z", cwd: "/old" },
@@ -87,8 +92,65 @@ const v2 = [
 	{ type: "message", id: "aa000001", parentId: null, timestamp: "2025-09-01T10:00:01.000Z", message: user("hello v2") },
 	{ type: "message", id: "aa000002", parentId: "aa000001", timestamp: "2025-09-01T10:00:02.000Z", message: { role: "hookMessage", customType: "note", content: "from a hook", display: true, timestamp: tick() } },
 	{ type: "message", id: "aa000003", parentId: "aa000002", timestamp: "2025-09-01T10:00:03.000Z", message: assistant([{ type: "text", text: "v2 reply", textSignature: "v2sig" }], "stop") },
+	{ type: "message", id: "aa000004", parentId: "aa000003", timestamp: "2025-09-01T10:00:04.000Z", message: user("and then?") },
+	{ type: "message", id: "aa000005", parentId: "aa000004", timestamp: "2025-09-01T10:00:05.000Z", message: assistant([{ type: "text", text: "then this" }], "stop") },
+	{ type: "compaction", id: "aa000006", parentId: "aa000005", timestamp: "2025-09-01T10:00:06.000Z", summary: "Hello, a hook, a reply.", firstKeptEntryId: "aa000004", tokensBefore: 3000 },
+	{ type: "message", id: "aa000007", parentId: "aa000006", timestamp: "2025-09-01T10:00:07.000Z", message: user("last v2") },
+	{ type: "message", id: "aa000008", parentId: "aa000007", timestamp: "2025-09-01T10:00:08.000Z", message: assistant([{ type: "text", text: "last v2 reply" }], "stop") },
 ];
 writeFileSync(v2File, v2.map((e) => JSON.stringify(e)).join("\n") + "\n");
+
+// Compactions, as pi 0.73.1 writes them: one keeping from a user message,
+// one cutting a turn (its first kept entry is a tool result), and one
+// reaching back before the previous one's kept entries (an extension may
+// choose any entry): pi follows the recorded id.
+const turn = (sm, question, answer) => {
+	const u = sm.appendMessage(user(question));
+	const a = sm.appendMessage(assistant([{ type: "text", text: answer, textSignature: `sig-${answer}` }], "stop", { responseId: `msg-${answer}` }));
+	return { u, a };
+};
+const compacted = SessionManager.create("/work/compacted", dir);
+compacted.appendModelChange(model.provider, model.model);
+turn(compacted, "What does main.go do?", "It starts the server.");
+const kept = turn(compacted, "And server.go?", "It routes requests.");
+compacted.appendCompaction("The user asked about main.go.", kept.u, 12000);
+compacted.appendMessage(user("Run the tests."));
+compacted.appendMessage(assistant([{ type: "toolCall", id: "toolu_c1", name: "bash", arguments: { command: "go test ./..." } }], "toolUse"));
+const result = compacted.appendMessage(toolResult("toolu_c1", "bash", "ok"));
+compacted.appendMessage(assistant([{ type: "text", text: "All pass." }], "stop"));
+compacted.appendCompaction("Files explained; tests run.", result, 18000);
+turn(compacted, "Thanks.", "Welcome.");
+const compactedFile = compacted.getSessionFile();
+
+const reaching = SessionManager.create("/work/reaching", dir);
+reaching.appendModelChange(model.provider, model.model);
+turn(reaching, "One.", "1");
+const two = turn(reaching, "Two.", "2");
+const three = turn(reaching, "Three.", "3");
+reaching.appendCompaction("One and two.", three.u, 9000);
+turn(reaching, "Four.", "4");
+reaching.appendCompaction("One.", two.u, 11000);
+turn(reaching, "Five.", "5");
+const reachingFile = reaching.getSessionFile();
+
+// Version 1 with a compaction: the kept entry is named by its index in the
+// file (the header is 0), which pi's migration turns into an id.
+const v1CompactedFile = join(dir, "v1-compacted.jsonl");
+const at = (i) => `2025-06-02T10:00:${String(i).padStart(2, "0")}.000Z`;
+const v1Compacted = [
+	{ type: "session", id: "v1-compacted", timestamp: at(0), cwd: "/old" },
+	{ type: "model_change", timestamp: at(1), provider: model.provider, modelId: model.model },
+	{ type: "message", timestamp: at(2), message: user("U1") },
+	{ type: "message", timestamp: at(3), message: assistant([{ type: "text", text: "A1" }], "stop") },
+	{ type: "message", timestamp: at(4), message: user("U2") },
+	{ type: "message", timestamp: at(5), message: assistant([{ type: "text", text: "A2" }], "stop") },
+	{ type: "message", timestamp: at(6), message: user("U3") },
+	{ type: "message", timestamp: at(7), message: assistant([{ type: "text", text: "A3" }], "stop") },
+	{ type: "compaction", timestamp: at(8), summary: "U1 to A2.", firstKeptEntryIndex: 6, tokensBefore: 5000 },
+	{ type: "message", timestamp: at(9), message: user("U4") },
+	{ type: "message", timestamp: at(10), message: assistant([{ type: "text", text: "A4" }], "stop") },
+];
+writeFileSync(v1CompactedFile, v1Compacted.map((e) => JSON.stringify(e)).join("\n") + "\n");
 
 function read(name, file, leaf) {
 	const entries = loadEntriesFromFile(file);
@@ -96,13 +158,28 @@ function read(name, file, leaf) {
 	const header = entries.find((e) => e.type === "session");
 	const body = entries.filter((e) => e.type !== "session");
 	const ctx = buildSessionContext(body, leaf ?? undefined);
-	return { name, file, leaf: leaf ?? null, parentSession: header.parentSession ?? "", messages: ctx.messages };
+	// Every message on the path: the context with no compaction in it.
+	const path = buildSessionContext(body.map((e) => (e.type === "compaction" ? { ...e, type: "compaction-set-aside" } : e)), leaf ?? undefined);
+	return {
+		name, file, leaf: leaf ?? null, parentSession: header.parentSession ?? "",
+		messages: path.messages, context: convertToLlm(ctx.messages),
+	};
 }
 
-process.stdout.write(JSON.stringify([
+const check = (cond, what) => {
+	if (!cond) throw new Error(`pi did not behave as this script expects: ${what}`);
+};
+const cases = [
 	read("branched", mainFile),
 	read("branched-first-leaf", mainFile, mainLeaf),
 	read("fork", forkFile),
 	read("v1", v1File),
 	read("v2", v2File),
-]));
+	read("compactions", compactedFile),
+	read("compaction-reaches-back", reachingFile),
+	read("v1-compaction", v1CompactedFile),
+];
+const texts = (c) => JSON.stringify(cases.find((x) => x.name === c).context);
+check(texts("compaction-reaches-back").includes("Two.") && !texts("compaction-reaches-back").includes("One and two."), "a compaction reaching back brings back what the earlier one summarized");
+check(texts("v1-compaction").includes("U3") && texts("v1-compaction").includes("A3") && !texts("v1-compaction").includes("U2"), "a version-1 compaction keeps from its firstKeptEntryIndex");
+process.stdout.write(JSON.stringify(cases));

@@ -274,6 +274,8 @@ function check(cond, what) {
 	if (!cond) throw new Error(`pi did not behave as this script expects: ${what}`);
 }
 const onDisk = (sm, id) => readBack(sm.getSessionFile()).find((e) => e.id === id);
+// contextTexts is the context pi resumes sm with, as JSON: for checks.
+const contextTexts = (sm) => JSON.stringify(convertToLlm(buildSessionContext(readBack(sm.getSessionFile())).messages));
 
 // ---------------------------------------------------------------------------
 // Fixed cases: one small session each, named after what it shows
@@ -491,6 +493,74 @@ function toolTurn(sm, model, question, id, command, output, answer) {
 	turn(sm, A, "More.", "More answer.");
 	sm.appendContextEdit(t1.u, { content: [text("Third and final draft.")] });
 	record("context-edit-twice", sm);
+}
+{
+	// The latest edit applies to the entry as written: a message one edit
+	// dropped comes back with the next one's content.
+	const sm = hand("context-edit-after-removal");
+	sm.appendModelChange(A.provider, A.id);
+	const t1 = turn(sm, A, "My password is hunter2, is it strong?", "No.");
+	sm.appendContextEdit(t1.u, null);
+	turn(sm, A, "And now?", "Still no.");
+	sm.appendContextEdit(t1.u, { content: "My password is [redacted], is it strong?" });
+	turn(sm, A, "Thanks.", "Welcome.");
+	check(contextTexts(sm).includes("My password is [redacted], is it strong?"), "a later edit brings back a message an earlier one dropped");
+	record("context-edit-after-removal", sm);
+}
+{
+	// An edit drops an assistant message's tool call (its result is then
+	// left without a call); the next edit of the same message keeps the
+	// call: the result the log holds answers it again.
+	const sm = hand("context-edit-restores-tool-call");
+	sm.appendModelChange(A.provider, A.id);
+	const t = toolTurn(sm, A, "Read the config.", "toolu_ce03", "cat config.yaml", "port: 8080", "Port 8080.");
+	sm.appendContextEdit(t.c, { content: [text("Reading the config.")] });
+	turn(sm, A, "Which port?", "8080.");
+	sm.appendContextEdit(t.c, { content: [text("Reading the config, shorter."), call("toolu_ce03", "bash", { command: "cat config.yaml" })] });
+	turn(sm, A, "Sure?", "Yes.");
+	check(contextTexts(sm).includes("port: 8080"), "the restored call's result is in the context again");
+	record("context-edit-restores-tool-call", sm);
+}
+{
+	// A later compaction keeps from an entry the earlier one summarized (an
+	// extension may choose any entry in session_before_compact): pi follows
+	// the recorded id, so what the first one summarized comes back — with
+	// the edits of it that lie in the kept range, but not one made before.
+	const sm = hand("compaction-reaches-back");
+	sm.appendModelChange(A.provider, A.id);
+	const t1 = turn(sm, A, "One.", "1");
+	sm.appendContextEdit(t1.u, { content: "One, edited before the kept range." });
+	const t2 = turn(sm, A, "Two.", "2");
+	const t3 = toolTurn(sm, A, "Three.", "toolu_rb01", "ls", "a.go", "3");
+	sm.appendContextEdit(t2.a, { content: "2, edited." });
+	sm.appendContextEdit(t3.r, null);
+	const t4 = turn(sm, A, "Four.", "4");
+	sm.appendCompaction("First summary: one to three.", t4.u, 10000);
+	turn(sm, A, "Five.", "5");
+	sm.appendCompaction("Second summary: one.", t2.u, 20000);
+	turn(sm, A, "Six.", "6");
+	sm.appendContextEdit(t3.r, { content: "a.go (restored)" });
+	turn(sm, A, "Seven.", "7");
+	const texts = contextTexts(sm);
+	check(texts.includes("Two.") && texts.includes("2, edited.") && texts.includes("a.go (restored)") && !texts.includes("First summary: one to three."),
+		"the second compaction brings back what the first summarized");
+	record("compaction-reaches-back", sm);
+}
+{
+	// The same without edits, and as a version-1 file: the kept entry by
+	// its index reaches back too.
+	const sm = hand("compaction-reaches-back-plain");
+	sm.appendModelChange(A.provider, A.id);
+	turn(sm, A, "One.", "1");
+	const t2 = toolTurn(sm, A, "Two.", "toolu_rb02", "ls", "b.go", "2");
+	const t3 = turn(sm, A, "Three.", "3");
+	sm.appendCompaction("First summary: one and two.", t3.u, 10000);
+	turn(sm, A, "Four.", "4");
+	sm.appendCompaction("Second summary: one.", t2.r, 20000);
+	turn(sm, A, "Five.", "5");
+	check(contextTexts(sm).includes("b.go"), "the second compaction keeps the tool result the first summarized");
+	record("compaction-reaches-back-plain", sm);
+	recordVersion1("compaction-reaches-back-plain-v1", sm);
 }
 
 {
