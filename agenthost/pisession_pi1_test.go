@@ -48,7 +48,7 @@ type pi1Case struct {
 // SessionManager writes sessions — a case for each entry type, and 300
 // seeded random ones with compactions (split turns included), context
 // edits, branch summaries, extension and shell messages, system and model
-// changes, several roots, and version-1 copies of sessions with
+// changes, several roots, and version-1 and version-2 copies of sessions with
 // compactions — and each imported file, replayed by the workers,
 // must give the messages pi itself resumes the same leaf with, message for
 // message, but for the deviations docs/log-format.md lists.

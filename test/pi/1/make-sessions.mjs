@@ -270,6 +270,25 @@ function recordVersion1(name, sm) {
 	emit({ name, file, leaf: null, model: ctx.model, api: model.api, context, transformed: transformMessages(context, model) });
 }
 
+// recordVersion2 records a version-2 copy of sm's session: tree ids as
+// now, but an extension's message entry still says hookMessage, as pi
+// wrote it before version 3; pi's resume migrates it.
+function recordVersion2(name, sm) {
+	const lines = readFileSync(sm.getSessionFile(), "utf8").trim().split("\n").map((l) => JSON.parse(l));
+	const v2 = lines.map((e) => {
+		if (e.type === "session") return { ...e, version: 2 };
+		if (e.type === "message" && e.message.role === "custom") return { ...e, message: { ...e.message, role: "hookMessage" } };
+		return e;
+	});
+	const file = sm.getSessionFile().replace(/\.jsonl$/, "-v2.jsonl");
+	writeFileSync(file, v2.map((e) => JSON.stringify(e)).join("\n") + "\n");
+	const ctx = buildSessionContext(readBack(file));
+	if (!ctx.model) throw new Error(`${name}: no model`);
+	const model = catalog(ctx.model.provider, ctx.model.modelId);
+	const context = convertToLlm(ctx.messages);
+	emit({ name, file, leaf: null, model: ctx.model, api: model.api, context, transformed: transformMessages(context, model) });
+}
+
 function check(cond, what) {
 	if (!cond) throw new Error(`pi did not behave as this script expects: ${what}`);
 }
@@ -336,6 +355,7 @@ function toolTurn(sm, model, question, id, command, output, answer) {
 	turn(sm, A, "Thanks. Anything else?", "No.");
 	record("compaction-kept-user", sm);
 	recordVersion1("compaction-kept-user-v1", sm);
+	recordVersion2("compaction-kept-user-v2", sm);
 }
 
 {
@@ -355,6 +375,7 @@ function toolTurn(sm, model, question, id, command, output, answer) {
 	turn(sm, A, "And c.go?", "There is no c.go.");
 	record("compaction-split-turn", sm);
 	recordVersion1("compaction-split-turn-v1", sm);
+	recordVersion2("compaction-split-turn-v2", sm);
 }
 
 {
@@ -371,6 +392,7 @@ function toolTurn(sm, model, question, id, command, output, answer) {
 	turn(sm, A, "Five.", "5");
 	record("two-compactions", sm);
 	recordVersion1("two-compactions-v1", sm);
+	recordVersion2("two-compactions-v2", sm);
 }
 
 {
@@ -561,6 +583,7 @@ function toolTurn(sm, model, question, id, command, output, answer) {
 	check(contextTexts(sm).includes("b.go"), "the second compaction keeps the tool result the first summarized");
 	record("compaction-reaches-back-plain", sm);
 	recordVersion1("compaction-reaches-back-plain-v1", sm);
+	recordVersion2("compaction-reaches-back-plain-v2", sm);
 }
 
 {
