@@ -13,6 +13,11 @@ import type { Adapter } from "./recorder.ts";
 const GROUP = "/apis/turnlog.dev/v1alpha1";
 export const ANNOTATION_REQUESTED_AT = "turnlog.dev/requested-at";
 
+/** The label of the Sessions the package creates: the pi session they record. */
+export const LABEL_PI_SESSION = "turnlog.dev/pi-session";
+/** The label of a Session a branch of pi's tree got: the pi entry the branch leaves from. */
+export const LABEL_PI_BRANCH_POINT = "turnlog.dev/pi-branch-point";
+
 export class Kube {
 	private kc = new KubeConfig();
 	private server: string;
@@ -60,14 +65,14 @@ export class Kube {
 	 * adapter (the model pi records with) if it does not exist and create is
 	 * set.
 	 */
-	async session(namespace: string, name: string, adapter: Adapter | undefined): Promise<string> {
+	async session(namespace: string, name: string, adapter: Adapter | undefined, labels: Record<string, string> = {}): Promise<string> {
 		const path = `${GROUP}/namespaces/${encodeURIComponent(namespace)}/sessions/${encodeURIComponent(name)}`;
 		let res = await this.request("GET", path);
 		if (res.status === 404 && adapter) {
 			const created = await this.request("POST", `${GROUP}/namespaces/${encodeURIComponent(namespace)}/sessions`, {
 				apiVersion: "turnlog.dev/v1alpha1",
 				kind: "Session",
-				metadata: { namespace, name },
+				metadata: Object.keys(labels).length > 0 ? { namespace, name, labels } : { namespace, name },
 				spec: { adapter },
 			});
 			// Created by someone else meanwhile: theirs is the one to use.
@@ -111,15 +116,16 @@ export class Kube {
 
 	/**
 	 * fork creates the SessionFork name: source forked at atSeq into a
-	 * child Session of the same name, as `kubectl apply` of one does, and
+	 * child Session of the same name (with labels), as `kubectl apply` of
+	 * one does, and
 	 * waits until the controller says it succeeded or failed. A SessionFork
 	 * of that name that forks the same source at the same seq (a command
 	 * run again) is waited for as it is; one that forks anything else is
 	 * an error.
 	 */
-	async fork(namespace: string, name: string, source: string, atSeq: string, timeoutMs = 120_000): Promise<ForkStatus> {
+	async fork(namespace: string, name: string, source: string, atSeq: string, labels: Record<string, string> = {}, timeoutMs = 120_000): Promise<ForkStatus> {
 		const base = `${GROUP}/namespaces/${encodeURIComponent(namespace)}/sessionforks`;
-		const spec = { source: { name: source }, atSeq, target: { name } };
+		const spec = { source: { name: source }, atSeq, target: Object.keys(labels).length > 0 ? { name, labels } : { name } };
 		let res = await this.request("POST", base, { apiVersion: "turnlog.dev/v1alpha1", kind: "SessionFork", metadata: { namespace, name }, spec });
 		if (res.status === 409) {
 			res = await this.request("GET", `${base}/${encodeURIComponent(name)}`);

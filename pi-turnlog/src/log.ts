@@ -17,6 +17,11 @@ export interface Location {
 	uid: string;
 }
 
+/** sameLocation reports whether a and b are the same Session's log. */
+export function sameLocation(a: Location, b: Location): boolean {
+	return (a.prefix ?? "") === (b.prefix ?? "") && a.namespace === b.namespace && a.session === b.session && a.uid === b.uid;
+}
+
 export function rootOf(loc: Location): string {
 	for (const [name, v] of [
 		["namespace", loc.namespace],

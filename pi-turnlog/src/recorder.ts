@@ -124,16 +124,42 @@ export class Recorder {
 		this.app.flush().catch(() => {});
 	}
 
-	/** adopt marks entries as the log's already: the binding entry, and the messages it brought in at their seqs. */
+	/**
+	 * adopt marks entries as the log's already: the binding entry, and the
+	 * messages it brought in at their seqs (those the log holds: a branch's
+	 * log may end before them).
+	 */
 	adopt(bindingId: string, seqs: Record<string, number>, kinds: Record<string, Kind>): void {
 		this.mapped.set(bindingId, { seq: -1, kind: "" });
-		for (const [id, seq] of Object.entries(seqs)) this.mapped.set(id, { seq, kind: kinds[id] ?? "message" });
+		for (const [id, seq] of Object.entries(seqs)) if (seq < this.types.length) this.mapped.set(id, { seq, kind: kinds[id] ?? "message" });
 	}
 
 	/** seqOf is the seq of the event a pi entry became, if it is in the log. */
 	seqOf(entryId: string): number | undefined {
 		const m = this.mapped.get(entryId);
 		return m && m.seq >= 0 ? m.seq : undefined;
+	}
+
+	/**
+	 * offPath is the seq of the first event that records an entry of pi's
+	 * tree (inTree) not on path: from there on the log holds another branch.
+	 * undefined when every entry of the tree the log records is on path.
+	 * (A log /turnlog-open continues holds another pi session's entries:
+	 * they are not in this tree.)
+	 */
+	offPath(path: Entry[], inTree: (id: string) => boolean): number | undefined {
+		const on = new Set(path.map((e) => e.id));
+		let first: number | undefined;
+		for (const [id, m] of this.mapped) {
+			if (m.seq >= 0 && !on.has(id) && inTree(id) && (first === undefined || m.seq < first)) first = m.seq;
+		}
+		return first;
+	}
+
+	/** lastTurnEndBefore is the seq of the last turn/end before seq, -1 if there is none. */
+	lastTurnEndBefore(seq: number): number {
+		for (let s = seq - 1; s >= 0; s--) if (this.types[s] === "turn/end") return s;
+		return -1;
 	}
 
 	/** record maps the entries of pi's current path that are not in the log yet. */

@@ -26,23 +26,8 @@ import (
 // /turnlog-open continues the child in pi with the parent's context through
 // the cut.
 func TestForkFromPiIsASessionFork(t *testing.T) {
-	if !controlplane.Available() && os.Getenv("CI") != "true" {
-		t.Skipf("no control plane in %s: run `make control-plane`", controlplane.Assets())
-	}
 	ctx := context.Background()
-	tl, err := turnlogtest.New(ctx, turnlogtest.WithControlPlane(controlplane.Assets()), turnlogtest.WithNamespaces("default"),
-		turnlogtest.WithPollInterval(200*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := tl.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	prov := newProvider(t)
-	e := newEnv(t, prov, tl.StoreURL, nil, "default", "chat-sfork", "")
-	e.vars = append(e.vars, "TURNLOG_KUBECONFIG="+tl.Kubeconfig)
+	tl, prov, e := recordWithTurnlog(t, "chat-sfork")
 	pi := e.start()
 	prov.queue(
 		reply{blocks: []block{{kind: "text", text: "The launch is on Tuesday."}}, stop: "end_turn"},
@@ -123,4 +108,29 @@ func TestForkFromPiIsASessionFork(t *testing.T) {
 		}
 	}
 	pi.quit()
+}
+
+// recordWithTurnlog runs turnlog as make dev does — the controllers on a
+// control plane from `make control-plane`, a file:// store, namespace
+// default — and a pi environment that records into Session session through
+// its API server.
+func recordWithTurnlog(t *testing.T, session string) (*turnlogtest.Env, *provider, *env) {
+	t.Helper()
+	if !controlplane.Available() && os.Getenv("CI") != "true" {
+		t.Skipf("no control plane in %s: run `make control-plane`", controlplane.Assets())
+	}
+	tl, err := turnlogtest.New(context.Background(), turnlogtest.WithControlPlane(controlplane.Assets()), turnlogtest.WithNamespaces("default"),
+		turnlogtest.WithPollInterval(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := tl.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	prov := newProvider(t)
+	e := newEnv(t, prov, tl.StoreURL, nil, "default", session, "")
+	e.vars = append(e.vars, "TURNLOG_KUBECONFIG="+tl.Kubeconfig)
+	return tl, prov, e
 }
