@@ -25,11 +25,11 @@ func TestBadConfigurationSaysSo(t *testing.T) {
 		{"file://" + linkedNamespace(t), `turnlog: open the log: list "team-a/chat-bad/b4d/log/": refused: "team-a" is a symbolic link; the file store opens only regular files and directories and follows no symbolic links`},
 	} {
 		e := newEnv(t, prov, c.url, gw, "team-a", "chat-bad", "b4d")
-		pi := e.start()
-		prov.queue(reply{blocks: []block{{kind: "text", text: "Still here."}}, stop: "end_turn"})
-		pi.prompt("Are you there?")
-		pi.quit()
-		said := strings.Join(pi.notes, "\n") + "\n" + pi.stderr.String()
+		pi := e.Start()
+		prov.Queue(reply{Blocks: []block{{Kind: "text", Text: "Still here."}}, Stop: "end_turn"})
+		pi.Prompt("Are you there?")
+		pi.Quit()
+		said := strings.Join(pi.Notes, "\n") + "\n" + pi.Stderr()
 		if !strings.Contains(said, c.want+"\n") {
 			t.Errorf("TURNLOG_STORE_URL=%s: pi said\n%s\nwant the line %q", c.url, said, c.want)
 		}
@@ -38,18 +38,18 @@ func TestBadConfigurationSaysSo(t *testing.T) {
 	// A new pi session named into a Session that holds another one's log.
 	ref := sessionRef{gw: gw, loc: agenthost.Location{Namespace: "team-a", Session: "chat-taken", UID: "7a4e"}}
 	e := newEnv(t, prov, gw.URL, gw, ref.loc.Namespace, ref.loc.Session, ref.loc.UID)
-	first := e.start()
-	prov.queue(reply{blocks: []block{{kind: "text", text: "First."}}, stop: "end_turn"})
-	first.prompt("Hello.")
-	first.quit()
+	first := e.Start()
+	prov.Queue(reply{Blocks: []block{{Kind: "text", Text: "First."}}, Stop: "end_turn"})
+	first.Prompt("Hello.")
+	first.Quit()
 	before := ref.export(t)
-	second := e.start()
-	prov.queue(reply{blocks: []block{{kind: "text", text: "Second."}}, stop: "end_turn"})
-	second.prompt("Hello again.")
-	second.quit()
-	said := strings.Join(second.notes, "\n")
+	second := e.Start()
+	prov.Queue(reply{Blocks: []block{{Kind: "text", Text: "Second."}}, Stop: "end_turn"})
+	second.Prompt("Hello again.")
+	second.Quit()
+	said := strings.Join(second.Notes, "\n")
 	if !regexp.MustCompile(`turnlog: open the log: team-a/chat-taken was recorded from pi session \S+, not this one \(\S+\): resume that session, or record into another Session`).MatchString(said) {
-		t.Errorf("a second pi session into one Session: pi said\n%s\nstderr:\n%s", said, second.stderr.String())
+		t.Errorf("a second pi session into one Session: pi said\n%s\nstderr:\n%s", said, second.Stderr())
 	}
 	if after := ref.export(t); !bytes.Equal(after, before) {
 		t.Errorf("the second pi session wrote to the first one's log:\n%s", after[len(before):])

@@ -130,24 +130,24 @@ func TestStoreFaultsWhilePiStreams(t *testing.T) {
 	prov := newProvider(t)
 	ref := sessionRef{gw: gw, loc: agenthost.Location{Namespace: "team-b", Session: "chat-faults", UID: "c0ffee-faults"}}
 	e := newEnv(t, prov, storeURL, gw, ref.loc.Namespace, ref.loc.Session, ref.loc.UID)
-	e.vars = append(e.vars, "TURNLOG_S3_TIMEOUT_MS=700")
-	pi := e.start()
+	e.Vars = append(e.Vars, "TURNLOG_S3_TIMEOUT_MS=700")
+	pi := e.Start()
 	for i := range 4 {
-		prov.queue(
-			reply{blocks: []block{
-				{kind: "thinking", text: fmt.Sprintf("Turn %d: look at the notes first, carefully and slowly.", i), sig: fmt.Sprintf("sig-f%d", i)},
-				{kind: "text", text: fmt.Sprintf("Reading the notes for question %d.", i)},
-				{kind: "tool_use", id: fmt.Sprintf("toolu_f%d", i), name: "read", text: `{"path":"notes.txt"}`},
-			}, stop: "tool_use"},
-			reply{blocks: []block{{kind: "text", text: fmt.Sprintf("Answer %d: the launch is on Tuesday, as the notes say.", i)}}, stop: "end_turn"},
+		prov.Queue(
+			reply{Blocks: []block{
+				{Kind: "thinking", Text: fmt.Sprintf("Turn %d: look at the notes first, carefully and slowly.", i), Sig: fmt.Sprintf("sig-f%d", i)},
+				{Kind: "text", Text: fmt.Sprintf("Reading the notes for question %d.", i)},
+				{Kind: "tool_use", ID: fmt.Sprintf("toolu_f%d", i), Name: "read", Text: `{"path":"notes.txt"}`},
+			}, Stop: "tool_use"},
+			reply{Blocks: []block{{Kind: "text", Text: fmt.Sprintf("Answer %d: the launch is on Tuesday, as the notes say.", i)}}, Stop: "end_turn"},
 		)
-		pi.prompt(fmt.Sprintf("Question %d: when is the launch?", i))
+		pi.Prompt(fmt.Sprintf("Question %d: when is the launch?", i))
 		// As a person would, wait for the answer before asking again:
 		// until the turn is in the store.
 		waitTurns(t, ref, i+1)
 	}
-	file, _ := pi.call(map[string]any{"type": "get_state"})["sessionFile"].(string)
-	pi.quit()
+	file, _ := pi.Call(map[string]any{"type": "get_state"})["sessionFile"].(string)
+	pi.Quit()
 
 	log := ref.export(t)
 	events := validate(t, log)

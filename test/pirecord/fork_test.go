@@ -27,19 +27,19 @@ func TestForkAndResumeInPi(t *testing.T) {
 	prov := newProvider(t)
 	parent := sessionRef{gw: gw, loc: agenthost.Location{Namespace: "team-a", Session: "chat-fork", UID: "5e55-parent"}}
 	e := newEnv(t, prov, gw.URL, gw, parent.loc.Namespace, parent.loc.Session, parent.loc.UID)
-	pi := e.start()
-	prov.queue(
-		reply{blocks: []block{
-			{kind: "thinking", text: "Read the notes first.", sig: "sig-fork-1"},
-			{kind: "tool_use", id: "toolu_p1", name: "read", text: `{"path":"notes.txt"}`},
-		}, stop: "tool_use"},
-		reply{blocks: []block{{kind: "text", text: "The launch is on Tuesday."}}, stop: "end_turn"},
-		reply{blocks: []block{{kind: "text", text: "Sunny, in the parent."}}, stop: "end_turn"},
+	pi := e.Start()
+	prov.Queue(
+		reply{Blocks: []block{
+			{Kind: "thinking", Text: "Read the notes first.", Sig: "sig-fork-1"},
+			{Kind: "tool_use", ID: "toolu_p1", Name: "read", Text: `{"path":"notes.txt"}`},
+		}, Stop: "tool_use"},
+		reply{Blocks: []block{{Kind: "text", Text: "The launch is on Tuesday."}}, Stop: "end_turn"},
+		reply{Blocks: []block{{Kind: "text", Text: "Sunny, in the parent."}}, Stop: "end_turn"},
 	)
-	pi.prompt("When is the launch?")
+	pi.Prompt("When is the launch?")
 	const second = "And what will the weather be?"
-	pi.prompt(second)
-	parentSecond := prov.requests()[2]
+	pi.Prompt(second)
+	parentSecond := prov.Requests()[2]
 
 	parentLog := parent.export(t)
 	events := validate(t, parentLog)
@@ -62,28 +62,28 @@ func TestForkAndResumeInPi(t *testing.T) {
 		"/turnlog-open team-a/x":   `turnlog-open: "team-a/x": want NAMESPACE/SESSION/UID`,
 		"/turnlog-open team-a/x/y": `turnlog-open: not replayed yet for fake/model-a (anthropic-messages)`,
 	} {
-		pi.call(map[string]any{"type": "prompt", "message": cmd})
-		if len(pi.notes) == 0 || !strings.HasPrefix(pi.notes[len(pi.notes)-1], want) || strings.Contains(pi.notes[len(pi.notes)-1], "\n") {
-			t.Errorf("%s: said %q, want one line starting %q", cmd, pi.notes, want)
+		pi.Call(map[string]any{"type": "prompt", "message": cmd})
+		if len(pi.Notes) == 0 || !strings.HasPrefix(pi.Notes[len(pi.Notes)-1], want) || strings.Contains(pi.Notes[len(pi.Notes)-1], "\n") {
+			t.Errorf("%s: said %q, want one line starting %q", cmd, pi.Notes, want)
 		}
 	}
 	// The child Session exists already, with the uid the API server gave it.
 	fork := fmt.Sprintf("/turnlog-fork @%s team-a/chat-fork-child/c41d-child", entry)
-	pi.call(map[string]any{"type": "prompt", "message": fork})
-	if len(pi.notes) == 0 {
+	pi.Call(map[string]any{"type": "prompt", "message": fork})
+	if len(pi.Notes) == 0 {
 		t.Fatalf("/turnlog-fork said nothing")
 	}
-	m := forkedRE.FindStringSubmatch(pi.notes[len(pi.notes)-1])
+	m := forkedRE.FindStringSubmatch(pi.Notes[len(pi.Notes)-1])
 	if m == nil {
-		t.Fatalf("/turnlog-fork: %s", pi.notes[len(pi.notes)-1])
+		t.Fatalf("/turnlog-fork: %s", pi.Notes[len(pi.Notes)-1])
 	}
 	child := sessionRef{gw: gw, loc: agenthost.Location{Namespace: m[2], Session: m[3], UID: m[4]}}
 	if child.loc != (agenthost.Location{Namespace: "team-a", Session: "chat-fork-child", UID: "c41d-child"}) {
-		t.Fatalf("/turnlog-fork: %s", pi.notes[len(pi.notes)-1])
+		t.Fatalf("/turnlog-fork: %s", pi.Notes[len(pi.Notes)-1])
 	}
 	// A child that has a log is never written again.
-	pi.call(map[string]any{"type": "prompt", "message": fork})
-	if last := pi.notes[len(pi.notes)-1]; !strings.HasPrefix(last, "turnlog-fork: the fork's child team-a/chat-fork-child/c41d-child/ already has a log") {
+	pi.Call(map[string]any{"type": "prompt", "message": fork})
+	if last := pi.Notes[len(pi.Notes)-1]; !strings.HasPrefix(last, "turnlog-fork: the fork's child team-a/chat-fork-child/c41d-child/ already has a log") {
 		t.Errorf("a second fork into the same child: %s", last)
 	}
 	childLog := child.export(t)
@@ -100,12 +100,12 @@ func TestForkAndResumeInPi(t *testing.T) {
 	tgt := agenthost.Adapter{Kind: "pi-ai", API: "anthropic-messages", Provider: "fake", Model: "model-a", ReleaseLine: "1"}
 	child.stored(t, tgt)
 
-	pi.call(map[string]any{"type": "prompt", "message": "/turnlog-open " + strings.Join([]string{m[2], m[3], m[4]}, "/")})
-	prov.queue(reply{blocks: []block{{kind: "text", text: "Sunny, in the child."}}, stop: "end_turn"})
-	pi.prompt(second)
-	childFirst := prov.requests()[3]
-	file, _ := pi.call(map[string]any{"type": "get_state"})["sessionFile"].(string)
-	pi.quit()
+	pi.Call(map[string]any{"type": "prompt", "message": "/turnlog-open " + strings.Join([]string{m[2], m[3], m[4]}, "/")})
+	prov.Queue(reply{Blocks: []block{{Kind: "text", Text: "Sunny, in the child."}}, Stop: "end_turn"})
+	pi.Prompt(second)
+	childFirst := prov.Requests()[3]
+	file, _ := pi.Call(map[string]any{"type": "get_state"})["sessionFile"].(string)
+	pi.Quit()
 
 	for _, k := range []string{"system", "tools", "messages", "model", "thinking"} {
 		if !reflect.DeepEqual(childFirst[k], parentSecond[k]) {

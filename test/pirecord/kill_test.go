@@ -21,33 +21,33 @@ func TestSurvivesSIGKILLMidStream(t *testing.T) {
 	prov := newProvider(t)
 	ref := sessionRef{gw: gw, loc: agenthost.Location{Namespace: "team-a", Session: "chat-kill", UID: "7a1d-kill"}}
 	e := newEnv(t, prov, gw.URL, gw, ref.loc.Namespace, ref.loc.Session, ref.loc.UID)
-	pi := e.start()
-	prov.queue(
-		reply{blocks: []block{{kind: "tool_use", id: "toolu_k1", name: "read", text: `{"path":"notes.txt"}`}}, stop: "tool_use"},
-		reply{blocks: []block{{kind: "text", text: "Tuesday."}}, stop: "end_turn"},
+	pi := e.Start()
+	prov.Queue(
+		reply{Blocks: []block{{Kind: "tool_use", ID: "toolu_k1", Name: "read", Text: `{"path":"notes.txt"}`}}, Stop: "tool_use"},
+		reply{Blocks: []block{{Kind: "text", Text: "Tuesday."}}, Stop: "end_turn"},
 	)
-	pi.prompt("When is the launch?")
-	file, _ := pi.call(map[string]any{"type": "get_state"})["sessionFile"].(string)
+	pi.Prompt("When is the launch?")
+	file, _ := pi.Call(map[string]any{"type": "get_state"})["sessionFile"].(string)
 
 	const cut = "It was a dark and stormy night; the servers hummed"
-	prov.queue(reply{blocks: []block{{kind: "thinking", text: "A story, then.", sig: "sig-k"}, {kind: "text", text: cut}}, hang: true})
-	pi.call(map[string]any{"type": "prompt", "message": "Tell me a story."})
-	<-prov.hanging
+	prov.Queue(reply{Blocks: []block{{Kind: "thinking", Text: "A story, then.", Sig: "sig-k"}, {Kind: "text", Text: cut}}, Hang: true})
+	pi.Call(map[string]any{"type": "prompt", "message": "Tell me a story."})
+	<-prov.Hanging
 	// Wait until the package says the streamed chunks are in the store.
 	acked := 0
-	pi.waitFor("an acknowledgement of the streamed chunks", func(r map[string]any) bool {
-		acked = ackedEvents(pi.status)
+	pi.WaitFor("an acknowledgement of the streamed chunks", func(r map[string]any) bool {
+		acked = ackedEvents(pi.Status)
 		return r["method"] == "setStatus" && acked > 0 && strings.Contains(string(ref.export(t)), `"chunk"`) && lastIsChunk(t, ref.export(t))
 	})
 	before := ref.export(t)
-	pi.kill()
+	pi.Kill()
 
 	// Started again as a user would, with the package in pi's settings.
-	e.install()
-	pi = e.start("--session", file)
-	prov.queue(reply{blocks: []block{{kind: "text", text: "Fine, no story."}}, stop: "end_turn"})
-	pi.prompt("Never mind.")
-	pi.quit()
+	e.Install()
+	pi = e.Start("--session", file)
+	prov.Queue(reply{Blocks: []block{{Kind: "text", Text: "Fine, no story."}}, Stop: "end_turn"})
+	pi.Prompt("Never mind.")
+	pi.Quit()
 
 	log := ref.export(t)
 	if !strings.HasPrefix(string(log), string(before)) {

@@ -42,10 +42,10 @@ func TestSessionThroughTheAPIServer(t *testing.T) {
 	gw := versitygw.Start(t)
 	prov := newProvider(t)
 	e := newEnv(t, prov, gw.URL, gw, "default", "chat-kube", "")
-	e.vars = append(e.vars, "TURNLOG_KUBECONFIG="+kubeconfig)
-	pi := e.start()
-	prov.queue(reply{blocks: []block{{kind: "text", text: "Hello from the cluster."}}, stop: "end_turn"})
-	pi.prompt("Hello?")
+	e.Vars = append(e.Vars, "TURNLOG_KUBECONFIG="+kubeconfig)
+	pi := e.Start()
+	prov.Queue(reply{Blocks: []block{{Kind: "text", Text: "Hello from the cluster."}}, Stop: "end_turn"})
+	pi.Prompt("Hello?")
 
 	ctx := context.Background()
 	var session turnlogv1.Session
@@ -66,7 +66,7 @@ func TestSessionThroughTheAPIServer(t *testing.T) {
 	}
 	// A model change retargets the Session: its transcript is replayed for
 	// the model pi talks to now.
-	pi.call(map[string]any{"type": "set_model", "provider": "fake", "modelId": "model-b"})
+	pi.Call(map[string]any{"type": "set_model", "provider": "fake", "modelId": "model-b"})
 	want.Model = "model-b"
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		if err := kube.Get(ctx, client.ObjectKey{Namespace: "default", Name: "chat-kube"}, &session); err == nil && session.Spec.Adapter == want {
@@ -86,11 +86,11 @@ func TestSessionThroughTheAPIServer(t *testing.T) {
 	if err := kube.Create(ctx, child); err != nil {
 		t.Fatal(err)
 	}
-	pi.call(map[string]any{"type": "prompt", "message": "/turnlog-fork 1 default/chat-kube-child"})
-	if last := pi.notes[len(pi.notes)-1]; !strings.HasSuffix(last, fmt.Sprintf("into default/chat-kube-child/%s", child.UID)) {
+	pi.Call(map[string]any{"type": "prompt", "message": "/turnlog-fork 1 default/chat-kube-child"})
+	if last := pi.Notes[len(pi.Notes)-1]; !strings.HasSuffix(last, fmt.Sprintf("into default/chat-kube-child/%s", child.UID)) {
 		t.Fatalf("/turnlog-fork: %s", last)
 	}
-	pi.quit()
+	pi.Quit()
 	childRef := sessionRef{gw: gw, loc: agenthost.Location{Namespace: "default", Session: "chat-kube-child", UID: string(child.UID)}}
 	childEvents := validate(t, childRef.export(t))
 	if last := childEvents[len(childEvents)-1]; last.Type != turnlog.TypeTurnEnd || len(childEvents) > len(events) {

@@ -24,53 +24,53 @@ func TestRecordsALivePiSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.exts = append(e.exts, ext)
-	pi := e.start()
+	e.Exts = append(e.Exts, ext)
+	pi := e.Start()
 
-	prov.queue(
-		reply{blocks: []block{
-			{kind: "thinking", text: "The user wants the notes; read the file.", sig: "sig-think-1"},
-			{kind: "text", text: "Let me read the notes."},
-			{kind: "tool_use", id: "toolu_01", name: "read", text: `{"path":"notes.txt"}`},
-		}, stop: "tool_use"},
-		reply{blocks: []block{{kind: "text", text: "The notes say the launch is on Tuesday."}}, stop: "end_turn"},
+	prov.Queue(
+		reply{Blocks: []block{
+			{Kind: "thinking", Text: "The user wants the notes; read the file.", Sig: "sig-think-1"},
+			{Kind: "text", Text: "Let me read the notes."},
+			{Kind: "tool_use", ID: "toolu_01", Name: "read", Text: `{"path":"notes.txt"}`},
+		}, Stop: "tool_use"},
+		reply{Blocks: []block{{Kind: "text", Text: "The notes say the launch is on Tuesday."}}, Stop: "end_turn"},
 	)
-	pi.prompt("What do my notes say?")
+	pi.Prompt("What do my notes say?")
 	// An extension edits an answer and inserts a message; a shell command's
 	// output goes into the context.
-	prov.queue(reply{blocks: []block{{kind: "text", text: "A long answer to shorten: EDIT-ME."}}, stop: "end_turn"})
-	pi.prompt("Explain at length.")
-	if out := pi.call(map[string]any{"type": "bash", "command": "echo shell-output"}); out["exitCode"] != float64(0) {
+	prov.Queue(reply{Blocks: []block{{Kind: "text", Text: "A long answer to shorten: EDIT-ME."}}, Stop: "end_turn"})
+	pi.Prompt("Explain at length.")
+	if out := pi.Call(map[string]any{"type": "bash", "command": "echo shell-output"}); out["exitCode"] != float64(0) {
 		t.Fatalf("pi bash: %v", out)
 	}
-	prov.queue(reply{blocks: []block{{kind: "text", text: "In one word: Tues"}}, stop: "max_tokens"})
-	pi.prompt("Say it in one word.")
+	prov.Queue(reply{Blocks: []block{{Kind: "text", Text: "In one word: Tues"}}, Stop: "max_tokens"})
+	pi.Prompt("Say it in one word.")
 
-	prov.queue(reply{blocks: []block{{kind: "text", text: "Once upon a time, in a land far away"}}, hang: true})
-	pi.call(map[string]any{"type": "prompt", "message": "Tell me a long story."})
-	<-prov.hanging
-	pi.call(map[string]any{"type": "abort"})
-	pi.settle()
+	prov.Queue(reply{Blocks: []block{{Kind: "text", Text: "Once upon a time, in a land far away"}}, Hang: true})
+	pi.Call(map[string]any{"type": "prompt", "message": "Tell me a long story."})
+	<-prov.Hanging
+	pi.Call(map[string]any{"type": "abort"})
+	pi.Settle()
 
-	prov.queue(reply{status: 400})
-	pi.prompt("Try once more.")
+	prov.Queue(reply{Status: 400})
+	pi.Prompt("Try once more.")
 
-	prov.queue(reply{blocks: []block{{kind: "text", text: "The user read notes about a Tuesday launch and asked for a story."}}, stop: "end_turn"})
-	pi.call(map[string]any{"type": "compact"})
+	prov.Queue(reply{Blocks: []block{{Kind: "text", Text: "The user read notes about a Tuesday launch and asked for a story."}}, Stop: "end_turn"})
+	pi.Call(map[string]any{"type": "compact"})
 
-	pi.call(map[string]any{"type": "set_model", "provider": "fake", "modelId": "model-b"})
-	prov.queue(
-		reply{blocks: []block{
-			{kind: "thinking", text: "Check the notes again.", sig: "sig-think-2"},
-			{kind: "tool_use", id: "toolu_02", name: "read", text: `{"path":"notes.txt"}`},
-		}, stop: "tool_use"},
-		reply{blocks: []block{{kind: "thinking", text: "Still Tuesday.", sig: "sig-think-3"}, {kind: "text", text: "Still Tuesday."}}, stop: "end_turn"},
+	pi.Call(map[string]any{"type": "set_model", "provider": "fake", "modelId": "model-b"})
+	prov.Queue(
+		reply{Blocks: []block{
+			{Kind: "thinking", Text: "Check the notes again.", Sig: "sig-think-2"},
+			{Kind: "tool_use", ID: "toolu_02", Name: "read", Text: `{"path":"notes.txt"}`},
+		}, Stop: "tool_use"},
+		reply{Blocks: []block{{Kind: "thinking", Text: "Still Tuesday.", Sig: "sig-think-3"}, {Kind: "text", Text: "Still Tuesday."}}, Stop: "end_turn"},
 	)
-	pi.prompt("Check again, please.")
-	state := pi.call(map[string]any{"type": "get_state"})
+	pi.Prompt("Check again, please.")
+	state := pi.Call(map[string]any{"type": "get_state"})
 	file, _ := state["sessionFile"].(string)
-	pi.quit()
-	if n := prov.pending(); n != 0 {
+	pi.Quit()
+	if n := prov.Pending(); n != 0 {
 		t.Fatalf("%d scripted replies were never asked for", n)
 	}
 
@@ -97,20 +97,20 @@ func TestRecordsIntoAFileStore(t *testing.T) {
 	prov := newProvider(t)
 	ref := sessionRef{fileURL: "file://" + t.TempDir(), loc: agenthost.Location{Namespace: "default", Session: "chat-file", UID: "5f1e-file"}}
 	e := newEnv(t, prov, ref.storeURL(), nil, ref.loc.Namespace, ref.loc.Session, ref.loc.UID)
-	pi := e.start()
-	prov.queue(
-		reply{blocks: []block{
-			{kind: "thinking", text: "Read the notes first.", sig: "sig-file-1"},
-			{kind: "tool_use", id: "toolu_f1", name: "read", text: `{"path":"notes.txt"}`},
-		}, stop: "tool_use"},
-		reply{blocks: []block{{kind: "text", text: "The launch is on Tuesday."}}, stop: "end_turn"},
+	pi := e.Start()
+	prov.Queue(
+		reply{Blocks: []block{
+			{Kind: "thinking", Text: "Read the notes first.", Sig: "sig-file-1"},
+			{Kind: "tool_use", ID: "toolu_f1", Name: "read", Text: `{"path":"notes.txt"}`},
+		}, Stop: "tool_use"},
+		reply{Blocks: []block{{Kind: "text", Text: "The launch is on Tuesday."}}, Stop: "end_turn"},
 	)
-	pi.prompt("When is the launch?")
-	prov.queue(reply{blocks: []block{{kind: "text", text: "You are welcome."}}, stop: "end_turn"})
-	pi.prompt("Thanks.")
-	state := pi.call(map[string]any{"type": "get_state"})
+	pi.Prompt("When is the launch?")
+	prov.Queue(reply{Blocks: []block{{Kind: "text", Text: "You are welcome."}}, Stop: "end_turn"})
+	pi.Prompt("Thanks.")
+	state := pi.Call(map[string]any{"type": "get_state"})
 	file, _ := state["sessionFile"].(string)
-	pi.quit()
+	pi.Quit()
 
 	log := ref.export(t)
 	events := validate(t, log)

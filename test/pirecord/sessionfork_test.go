@@ -28,25 +28,25 @@ import (
 func TestForkFromPiIsASessionFork(t *testing.T) {
 	ctx := context.Background()
 	tl, prov, e := recordWithTurnlog(t, "chat-sfork")
-	pi := e.start()
-	prov.queue(
-		reply{blocks: []block{{kind: "text", text: "The launch is on Tuesday."}}, stop: "end_turn"},
-		reply{blocks: []block{{kind: "text", text: "Sunny, in the parent."}}, stop: "end_turn"},
+	pi := e.Start()
+	prov.Queue(
+		reply{Blocks: []block{{Kind: "text", Text: "The launch is on Tuesday."}}, Stop: "end_turn"},
+		reply{Blocks: []block{{Kind: "text", Text: "Sunny, in the parent."}}, Stop: "end_turn"},
 	)
-	pi.prompt("When is the launch?")
+	pi.Prompt("When is the launch?")
 	const second = "And what will the weather be?"
-	pi.prompt(second)
-	parentSecond := prov.requests()[1]
+	pi.Prompt(second)
+	parentSecond := prov.Requests()[1]
 
 	var parent turnlogv1.Session
 	if err := tl.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: "chat-sfork"}, &parent); err != nil {
 		t.Fatalf("the package did not create the Session: %v", err)
 	}
-	pi.call(map[string]any{"type": "prompt", "message": "/turnlog-fork 1"})
-	if len(pi.notes) == 0 {
+	pi.Call(map[string]any{"type": "prompt", "message": "/turnlog-fork 1"})
+	if len(pi.Notes) == 0 {
 		t.Fatal("/turnlog-fork said nothing")
 	}
-	said := pi.notes[len(pi.notes)-1]
+	said := pi.Notes[len(pi.Notes)-1]
 	m := forkedRE.FindStringSubmatch(said)
 	if m == nil || m[2] != "default" || m[3] != "chat-sfork-fork-1" || !strings.Contains(said, "(SessionFork chat-sfork-fork-1)") {
 		t.Fatalf("/turnlog-fork 1 said %q; want the child chat-sfork-fork-1 and its SessionFork", said)
@@ -98,16 +98,16 @@ func TestForkFromPiIsASessionFork(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	pi.call(map[string]any{"type": "prompt", "message": "/turnlog-open default/chat-sfork-fork-1"})
-	prov.queue(reply{blocks: []block{{kind: "text", text: "Rainy, in the child."}}, stop: "end_turn"})
-	pi.prompt(second)
-	childFirst := prov.requests()[2]
+	pi.Call(map[string]any{"type": "prompt", "message": "/turnlog-open default/chat-sfork-fork-1"})
+	prov.Queue(reply{Blocks: []block{{Kind: "text", Text: "Rainy, in the child."}}, Stop: "end_turn"})
+	pi.Prompt(second)
+	childFirst := prov.Requests()[2]
 	for _, k := range []string{"system", "tools", "messages", "model"} {
 		if !reflect.DeepEqual(childFirst[k], parentSecond[k]) {
 			t.Errorf("the child's first request differs from the parent's second in %q:\nchild  %v\nparent %v", k, childFirst[k], parentSecond[k])
 		}
 	}
-	pi.quit()
+	pi.Quit()
 }
 
 // recordWithTurnlog runs turnlog as make dev does — the controllers on a
@@ -131,6 +131,6 @@ func recordWithTurnlog(t *testing.T, session string) (*turnlogtest.Env, *provide
 	})
 	prov := newProvider(t)
 	e := newEnv(t, prov, tl.StoreURL, nil, "default", session, "")
-	e.vars = append(e.vars, "TURNLOG_KUBECONFIG="+tl.Kubeconfig)
+	e.Vars = append(e.Vars, "TURNLOG_KUBECONFIG="+tl.Kubeconfig)
 	return tl, prov, e
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/turnlog/turnlog/agenthost"
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/testutil/pihost"
 )
 
 // TestTreeBranchesAreSessions: pi moves in its session tree as /tree does —
@@ -92,22 +93,18 @@ func TestTreeBranchesWithoutAnAPIServer(t *testing.T) {
 // file and the Sessions it was recorded into.
 func walkTheTree(t *testing.T, e *env, prov *provider, sessions func() []agenthost.Location) (string, []agenthost.Location) {
 	t.Helper()
-	ext, err := filepath.Abs("testdata/tree.ts")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.exts = append(e.exts, ext)
-	pi := e.start()
+	e.Exts = append(e.Exts, pihost.TreeExtension())
+	pi := e.Start()
 	say := func(prompt, answer string) {
-		prov.queue(reply{blocks: []block{{kind: "text", text: answer}}, stop: "end_turn"})
-		pi.prompt(prompt)
+		prov.Queue(reply{Blocks: []block{{Kind: "text", Text: answer}}, Stop: "end_turn"})
+		pi.Prompt(prompt)
 	}
 	say("One?", "1")
-	prov.queue(
-		reply{blocks: []block{{kind: "tool_use", id: "toolu_t1", name: "read", text: `{"path":"notes.txt"}`}}, stop: "tool_use"},
-		reply{blocks: []block{{kind: "text", text: "2"}}, stop: "end_turn"},
+	prov.Queue(
+		reply{Blocks: []block{{Kind: "tool_use", ID: "toolu_t1", Name: "read", Text: `{"path":"notes.txt"}`}}, Stop: "tool_use"},
+		reply{Blocks: []block{{Kind: "text", Text: "2"}}, Stop: "end_turn"},
 	)
-	pi.prompt("Two?")
+	pi.Prompt("Two?")
 	say("Three?", "3")
 	one, three := entryOf(t, pi, "1"), entryOf(t, pi, "3")
 	result := entryOf(t, pi, "the launch is on tuesday\n")
@@ -117,20 +114,20 @@ func walkTheTree(t *testing.T, e *env, prov *provider, sessions func() []agentho
 		if summarize {
 			cmd += " summarize"
 		}
-		pi.call(map[string]any{"type": "prompt", "message": cmd})
+		pi.Call(map[string]any{"type": "prompt", "message": cmd})
 	}
 	treeTo(one, false) // back two turns: a branch of its own
 	say("Two, again?", "2b")
 	treeTo(three, false) // back to the first branch: its Session goes on
 	say("Four?", "4")
-	prov.queue(reply{blocks: []block{{kind: "text", text: "The user asked for 2 through 4."}}, stop: "end_turn"})
+	prov.Queue(reply{Blocks: []block{{Kind: "text", Text: "The user asked for 2 through 4."}}, Stop: "end_turn"})
 	treeTo(one, true) // back again, with a summary of what it leaves
 	say("Five?", "5")
 	treeTo(result, false) // into the middle of turn 2
 	say("Go on.", "done")
-	state := pi.call(map[string]any{"type": "get_state"})
+	state := pi.Call(map[string]any{"type": "get_state"})
 	file, _ := state["sessionFile"].(string)
-	pi.quit()
+	pi.Quit()
 	return file, sessions()
 }
 
@@ -138,7 +135,7 @@ func walkTheTree(t *testing.T, e *env, prov *provider, sessions func() []agentho
 // text (or tool result) is text.
 func entryOf(t *testing.T, pi *piProc, text string) string {
 	t.Helper()
-	data := pi.call(map[string]any{"type": "get_entries"})
+	data := pi.Call(map[string]any{"type": "get_entries"})
 	raw, _ := json.Marshal(data["entries"])
 	var entries []struct {
 		ID      string `json:"id"`

@@ -5,12 +5,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/turnlog/turnlog/internal/testutil/pihost"
 )
 
 // TestPackageTypeChecks: pi loads the package's TypeScript without checking
 // it; this checks it, strictly, against pi 1.6.0's own declarations.
 func TestPackageTypeChecks(t *testing.T) {
-	node, _, pkg := piPaths(t)
+	node, _, pkg := pihost.Paths(t)
 	tsc := filepath.Join(pkg, "node_modules", "typescript", "bin", "tsc")
 	if _, err := os.Stat(tsc); err != nil {
 		t.Fatalf("typescript is not installed in %s (run `make pi-deps`): %v", pkg, err)
