@@ -134,7 +134,7 @@ e2e-build: ## Build what test-e2e runs into E2E_BUILD_DIR: turnlog and, for the 
 	$(GO) run ./hack/e2ebuild --out $(E2E_BUILD_DIR) --images=$(if $(filter container,$(E2E_NODE)),true,false)
 
 .PHONY: test-e2e
-test-e2e: control-plane node-deps e2e-build ## End-to-end suite: local cluster with a container node, manager, worker pods, kubectl (docs/e2e.md).
+test-e2e: control-plane node-deps pi-deps e2e-build ## End-to-end suite: local cluster with a container node, manager, worker pods, kubectl, the real pi (docs/e2e.md).
 	E2E_NODE=$(E2E_NODE) E2E_BUILD_DIR=$(E2E_BUILD_DIR) KUBEBUILDER_ASSETS=$(CONTROL_PLANE_DIR) $(GO) test ./test/e2e/... -count=1 -timeout 40m -v
 
 # The soak (test/soak, docs/reliability.md): hosts stream into SESSIONS
