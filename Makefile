@@ -94,6 +94,12 @@ build: ## Build bin/turnlog.
 build-plugin: ## Build bin/kubectl-turnlog, the kubectl plugin: on PATH, `kubectl turnlog ...` (docs/kubectl-plugin.md).
 	$(GO) build -o $(BIN_DIR)/kubectl-turnlog ./cmd/kubectl-turnlog
 
+KREW_VERSION ?= v0.1.0
+
+.PHONY: krew-archives
+krew-archives: ## Write the kubectl plugin's per-platform archives and its krew manifest into dist/krew (KREW_VERSION).
+	$(GO) run ./hack/krewpkg --out dist/krew --version $(KREW_VERSION)
+
 # promtool checks and unit-tests the alerts in config/prometheus
 # (config/prometheus/prometheus_test.go, part of test-unit); it is built
 # before the tests so that its build does not compete with the envtest
