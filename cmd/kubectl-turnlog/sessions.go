@@ -26,12 +26,7 @@ READY (and why not), HEAD, TURNS, CONTEXT (the messages the next request is
 built from), DEGRADED (messages replayed provider-neutral because their
 replay state was unusable) and CAUSES (the degraded seqs by cause: kind,
 version, malformed, shape; status keeps the first 20 of each).`,
-		Args: func(_ *cobra.Command, args []string) error {
-			if len(args) > 0 {
-				return usageError{fmt.Errorf("takes no arguments, got %q", args)}
-			}
-			return nil
-		},
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			kube, ns, err := o.kube()
 			if err != nil {
