@@ -134,8 +134,8 @@ func TestUIInBrowser(t *testing.T) {
 	if err := tl.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: "support-chat-retry"}, fork); err != nil {
 		t.Fatal(err)
 	}
-	if fork.Spec.AtSeq != sampleFrozenAt || fork.Status.CutSeq == nil || *fork.Status.CutSeq != 16 {
-		t.Errorf("SessionFork atSeq %q cut %v, want atSeq %q (the frozen node, as sent) cut 16", fork.Spec.AtSeq, fork.Status.CutSeq, sampleFrozenAt)
+	if cut := fork.Status.CutSeq; fork.Spec.AtSeq != sampleFrozenAt || cut == nil || *cut != 16 {
+		t.Errorf("SessionFork atSeq %q cut %s, want atSeq %q (the frozen node, as sent) cut 16", fork.Spec.AtSeq, fmtSeq(cut), sampleFrozenAt)
 	}
 	waitSession(ctx, t, tl.Client, "support-chat-retry", 16)
 
@@ -169,6 +169,13 @@ func TestUIInBrowser(t *testing.T) {
 type sessionFacts struct {
 	Degraded, FrozenColor, BodyColor, FrozenStyle, ForkAt string
 	Frozen, FrozenInTranscript, Turn4                     bool
+}
+
+func fmtSeq(v *int64) string {
+	if v == nil {
+		return "none"
+	}
+	return fmt.Sprint(*v)
 }
 
 // findChromium returns Debian's chromium: on PATH, else /usr/bin/chromium.
