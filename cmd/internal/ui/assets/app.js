@@ -1,0 +1,398 @@
+// turnlog ui: the Sessions list and a Session's page. Everything the
+// server sends is put into the page as text (textContent), never as HTML.
+"use strict";
+
+const token = document.querySelector('meta[name="turnlog-token"]').content;
+const defaultNamespace = document.querySelector('meta[name="turnlog-namespace"]').content;
+const main = document.getElementById("main");
+
+// el makes an element: attrs sets attributes (class, href, data-*), the
+// children are elements or strings (as text).
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    e.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children.flat()) {
+    if (c === undefined || c === null || c === false) continue;
+    e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return e;
+}
+
+function sessionHref(ns, name) {
+  return "/s/" + encodeURIComponent(ns) + "/" + encodeURIComponent(name);
+}
+
+function setCrumbs(...parts) {
+  document.getElementById("crumbs").replaceChildren(...parts.flatMap((p) => [" / ", p]));
+}
+
+function setLive(on, text) {
+  const live = document.getElementById("live");
+  live.className = on ? "live on" : "live";
+  live.textContent = text;
+}
+
+// watchSessions follows the Sessions of a namespace ("" for all) over
+// Server-Sent Events.
+function watchSessions(ns, handlers) {
+  const src = new EventSource("/api/sessions/watch?namespace=" + encodeURIComponent(ns));
+  src.onopen = () => setLive(true, "live");
+  src.onerror = () => setLive(false, "reconnecting…");
+  for (const [name, fn] of Object.entries(handlers)) {
+    src.addEventListener(name, (ev) => fn(JSON.parse(ev.data)));
+  }
+  return src;
+}
+
+function readyCell(s) {
+  const text = s.ready === "True" ? "True" : s.ready + (s.reason ? " (" + s.reason + ")" : "");
+  return el("td", { class: "ready ready-" + s.ready, title: s.message || "" }, text);
+}
+
+function causesText(s) {
+  const parts = (s.causes || []).map((c) => c.cause + ":" + c.seqs.join(","));
+  if (s.moreDegraded > 0) parts.push("(+" + s.moreDegraded + " more)");
+  return parts.length ? parts.join(" ") : "-";
+}
+
+function opt(v) {
+  return v === undefined || v === null ? "-" : String(v);
+}
+
+// ---- the Sessions list ----
+
+function sessionsPage() {
+  const params = new URLSearchParams(location.search);
+  const all = params.get("all") === "1";
+  const ns = params.get("namespace") || defaultNamespace;
+  setCrumbs("Sessions");
+  const nsInput = el("input", { type: "text", id: "namespace", value: ns, "aria-label": "namespace", disabled: all });
+  const allBox = el("input", { type: "checkbox", id: "all-namespaces", checked: all });
+  const apply = () => {
+    const q = new URLSearchParams();
+    if (allBox.checked) q.set("all", "1");
+    else q.set("namespace", nsInput.value.trim());
+    location.search = q.toString();
+  };
+  nsInput.addEventListener("change", apply);
+  allBox.addEventListener("change", apply);
+  const status = el("p", { id: "stream-error", class: "error", hidden: true });
+  const tbody = el("tbody");
+  const empty = el("p", { class: "muted", id: "no-sessions", hidden: true }, "No Sessions " + (all ? "in any namespace." : "in namespace " + ns + "."));
+  main.replaceChildren(
+    el("h2", {}, "Sessions"),
+    el("div", { class: "filter" }, el("label", {}, "Namespace ", nsInput), el("label", {}, allBox, " all namespaces")),
+    status,
+    el("table", { id: "sessions" },
+      el("thead", {}, el("tr", {}, ["Namespace", "Name", "Ready", "Head", "Turns", "Context", "Degraded", "Causes", "Forked from"].map((h) => el("th", {}, h)))),
+      tbody),
+    empty);
+  const rows = new Map();
+  const row = (s) => {
+    const key = s.namespace + "/" + s.name;
+    const from = s.forkedFrom
+      ? el("a", { href: sessionHref(s.namespace, s.forkedFrom.session) }, s.forkedFrom.session + " @ " + s.forkedFrom.cutSeq)
+      : "-";
+    return el("tr", { "data-session": key },
+      el("td", {}, s.namespace),
+      el("td", {}, el("a", { href: sessionHref(s.namespace, s.name), class: "session-link" }, s.name)),
+      readyCell(s),
+      el("td", { class: "head" }, opt(s.head)),
+      el("td", { class: "turns" }, String(s.turns)),
+      el("td", { class: "context" }, opt(s.context)),
+      el("td", { class: "degraded" }, String(s.degraded)),
+      el("td", { class: "causes" }, causesText(s)),
+      el("td", { class: "forked-from" }, from));
+  };
+  const redraw = () => {
+    const keys = [...rows.keys()].sort();
+    tbody.replaceChildren(...keys.map((k) => rows.get(k)));
+    empty.hidden = keys.length > 0;
+  };
+  watchSessions(all ? "" : ns, {
+    snapshot: (list) => {
+      status.hidden = true;
+      rows.clear();
+      for (const s of list) rows.set(s.namespace + "/" + s.name, row(s));
+      redraw();
+    },
+    upsert: (s) => { rows.set(s.namespace + "/" + s.name, row(s)); redraw(); },
+    delete: (s) => { rows.delete(s.namespace + "/" + s.name); redraw(); },
+    error: (e) => { status.hidden = false; status.textContent = e.error; },
+  });
+}
+
+// ---- a Session ----
+
+// forkStatus keeps each fork action's status by the position it forks,
+// so that a page redrawn by a live update keeps what the person started.
+const forkStatus = new Map();
+
+async function sessionPage(ns, name) {
+  setCrumbs(el("a", { href: "/?namespace=" + encodeURIComponent(ns) }, ns), name);
+  document.title = name + " — turnlog";
+  let last = "";
+  const load = async () => {
+    let res, body;
+    try {
+      res = await fetch("/api/sessions/" + encodeURIComponent(ns) + "/" + encodeURIComponent(name));
+      body = await res.text();
+    } catch (e) {
+      main.replaceChildren(el("p", { class: "error", id: "page-error" }, "turnlog ui cannot be reached: " + e.message));
+      return;
+    }
+    if (!res.ok) {
+      main.replaceChildren(el("p", { class: "error", id: "page-error" }, errorText(body, res)));
+      return;
+    }
+    if (body === last) return;
+    last = body;
+    renderSession(ns, JSON.parse(body));
+  };
+  await load();
+  let timer = null;
+  const reload = () => { clearTimeout(timer); timer = setTimeout(load, 400); };
+  watchSessions(ns, {
+    snapshot: reload,
+    upsert: (s) => {
+      if (s.name === name || (s.forkedFrom && s.forkedFrom.session === name)) reload();
+    },
+    delete: reload,
+  });
+}
+
+function errorText(body, res) {
+  try {
+    const e = JSON.parse(body);
+    if (e.error) return e.error;
+  } catch (_) { /* not JSON */ }
+  return res.status + " " + res.statusText;
+}
+
+function renderSession(ns, page) {
+  const s = page.session;
+  const summary = el("dl", { class: "summary" },
+    el("dt", {}, "Ready"), el("dd", { class: "ready-" + s.ready, id: "ready" }, s.ready + (s.reason ? " (" + s.reason + ")" : "")),
+    s.message ? [el("dt", {}, "Why"), el("dd", {}, s.message)] : null,
+    el("dt", {}, "Head"), el("dd", {}, opt(s.head)),
+    el("dt", {}, "Turns"), el("dd", {}, String(s.turns)),
+    el("dt", {}, "Context"), el("dd", {}, opt(s.context) + " messages"),
+    el("dt", {}, "Degraded"), el("dd", {}, String(s.degraded) + (s.degraded ? " — " + causesText(s) : "")),
+    s.adapter ? [el("dt", {}, "Adapter"), el("dd", {}, s.adapter)] : null,
+    s.forkedFrom ? [el("dt", {}, "Forked from"),
+      el("dd", {}, el("a", { href: sessionHref(ns, s.forkedFrom.session) }, s.forkedFrom.session),
+        " at seq " + s.forkedFrom.anchorSeq + ", cut " + s.forkedFrom.cutSeq)] : null);
+  const left = el("div", {},
+    el("section", { class: "panel" }, el("h2", {}, s.name), summary),
+    el("section", { id: "conversation" }, el("h3", {}, "Conversation"), renderConversation(ns, s, page.conversation)),
+    el("section", { class: "panel", id: "events" }, el("h3", {}, "Events"), renderEvents(page)));
+  const right = el("div", {},
+    el("section", { class: "panel", id: "tree" }, el("h3", {}, "Fork tree"), el("ul", { class: "tree" }, renderTree(ns, page.tree))),
+    el("section", { class: "panel", id: "forks" }, el("h3", {}, "SessionForks"), renderForks(ns, page.forks)));
+  const nameInput = document.getElementById("fork-name");
+  const keep = nameInput ? nameInput.value : "";
+  main.replaceChildren(el("div", { class: "layout" }, left, right));
+  document.getElementById("fork-name").value = keep;
+}
+
+function renderConversation(ns, s, c) {
+  const out = [el("p", { class: "muted" },
+    "Fork name ", el("input", { type: "text", id: "fork-name", placeholder: s.name + "-fork-…", "aria-label": "name of the next fork" }),
+    " — empty: the API server picks one. Every message can be forked; a fork's child ends with the message's whole turn.")];
+  if (c.note) out.push(el("p", { class: "muted", id: "conversation-note" }, c.note));
+  for (const t of c.turns) {
+    const head = t.turn === 0 ? "between turns"
+      : "turn " + t.turn + (t.cutSeq >= 0 ? " — ended " + t.reason + ", turn/end at seq " + t.cutSeq : " — streaming");
+    const section = el("section", { class: "turn", "data-turn": t.turn }, el("h4", {}, head));
+    let list = null;
+    for (const e of t.entries) {
+      if (e.kind === "frozen") {
+        // Frozen partial text is never part of the transcript: it sits
+        // between the transcript's lists, greyed.
+        list = null;
+        section.append(renderFrozen(ns, s, e));
+        continue;
+      }
+      if (!list) {
+        list = el("ol", { class: "transcript" });
+        section.append(list);
+      }
+      list.append(renderMessage(ns, s, e));
+    }
+    out.push(section);
+  }
+  return out;
+}
+
+function who(e) {
+  const m = e.message || {};
+  if (e.role === "user" && e.origin === "compaction") return "compaction summary";
+  if (e.role === "user" && e.origin) return "inserted context (" + e.origin + ")";
+  if (e.role === "system") return e.origin === "compaction" ? "system prompt after compaction" : "system prompt change";
+  if (e.role === "toolResult") return "tool result" + (m.toolName ? ": " + m.toolName : "") + (e.synthetic ? " (made up: the call got none)" : "");
+  return e.role;
+}
+
+function renderMessage(ns, s, e) {
+  const m = e.message || {};
+  const cls = ["message", "role-" + e.role];
+  if (e.origin) cls.push("origin");
+  if (e.degraded) cls.push("degraded");
+  if (e.role === "toolResult") cls.push("tool-result", m.isError ? "is-error" : "");
+  const meta = el("div", { class: "meta" },
+    el("span", { class: "who" }, who(e)),
+    el("span", {}, "seq " + e.seq),
+    e.replay ? el("span", { class: "badge" }, e.replay) : null,
+    m.model ? el("span", {}, m.model) : null,
+    e.role === "toolResult" && m.toolCallId ? el("span", {}, "for call " + m.toolCallId) : null,
+    e.degraded ? el("span", { class: "badge warn" }, "degraded: " + e.degraded.cause) : null);
+  const li = el("li", { class: cls.join(" ").trim(), "data-seq": e.seq }, meta, renderContent(m.content));
+  if (e.role === "assistant" && m.stopReason) li.append(el("div", { class: "meta stop" }, "stop reason: " + m.stopReason));
+  if (e.degraded) {
+    li.append(el("div", { class: "degraded-note" },
+      "Replayed provider-neutral (cause " + e.degraded.cause + "): ",
+      e.degraded.event || e.degraded.detail || "its replay state could not be used.",
+      e.degraded.event ? el("span", { class: "muted" }, " — ReplayDegraded Event") : null));
+  }
+  li.append(forkActions(ns, s, e));
+  return li;
+}
+
+function renderFrozen(ns, s, e) {
+  const text = (e.content || []).map((b) => b.type === "text" ? b.text : b.type === "thinking" ? b.thinking : b.type === "toolCall" ? "[tool call " + b.name + "]" : "").join("\n");
+  const why = e.stopReason ? "stopped (" + e.stopReason + ")" : e.forkAt ? "stopped: its stream was cut" : "streaming";
+  return el("div", { class: "frozen", "data-seq": e.seq, "data-fork-at": e.forkAt || null },
+    el("div", { class: "meta" }, el("span", { class: "who" }, "assistant — " + why), el("span", {}, "frozen partial text, not part of the transcript"),
+      e.forkAt ? el("span", {}, "node " + e.forkAt) : null),
+    el("div", { class: "frozen-text" }, text),
+    forkActions(ns, s, e));
+}
+
+function renderContent(content) {
+  if (typeof content === "string") return el("div", { class: "body" }, content);
+  if (!Array.isArray(content)) return el("div", { class: "body" }, content == null ? "" : JSON.stringify(content, null, 2));
+  return el("div", {}, content.map((b) => {
+    switch (b.type) {
+      case "text": return el("div", { class: "body" }, b.text);
+      case "thinking":
+        return b.redacted ? el("div", { class: "muted" }, "[redacted thinking]")
+          : el("details", { class: "thinking" }, el("summary", {}, "thinking"), el("div", { class: "body" }, b.thinking));
+      case "toolCall": return el("div", { class: "tool-call" }, "→ " + b.name + " (" + b.id + ") " + JSON.stringify(b.arguments || {}, null, 2));
+      case "image": return el("div", { class: "muted" }, "[image " + (b.mimeType || "") + "]");
+      default: return el("div", { class: "body" }, JSON.stringify(b));
+    }
+  }));
+}
+
+function forkActions(ns, s, e) {
+  const actions = el("div", { class: "actions" });
+  if (!e.forkAt) {
+    actions.append(el("span", { class: "muted" }, "can be forked once its turn ends"));
+    return actions;
+  }
+  const btn = el("button", { class: "fork", type: "button", "data-fork-at": e.forkAt, title: "fork at " + e.forkAt }, "Fork here");
+  let status = forkStatus.get(e.forkAt);
+  if (!status) {
+    status = el("span", { class: "fork-status", role: "status" });
+    forkStatus.set(e.forkAt, status);
+  }
+  btn.addEventListener("click", () => fork(ns, s.name, e.forkAt, btn, status));
+  actions.append(btn, status);
+  return actions;
+}
+
+function showStatus(status, kind, ...parts) {
+  status.className = "fork-status " + kind;
+  status.replaceChildren(...parts);
+}
+
+async function fork(ns, source, atSeq, btn, status) {
+  const name = (document.getElementById("fork-name").value || "").trim();
+  btn.disabled = true;
+  showStatus(status, "waiting", "creating a SessionFork at " + atSeq + "…");
+  try {
+    const res = await fetch("/api/sessions/" + encodeURIComponent(ns) + "/" + encodeURIComponent(source) + "/forks", {
+      method: "POST",
+      headers: { "Content-Type": "application/json", "X-Turnlog-Token": token },
+      body: JSON.stringify({ atSeq: atSeq, name: name }),
+    });
+    const body = await res.text();
+    if (!res.ok) {
+      showStatus(status, "error", errorText(body, res));
+      return;
+    }
+    await follow(ns, JSON.parse(body).name, status);
+  } catch (e) {
+    showStatus(status, "error", "the fork could not be sent: " + e.message);
+  } finally {
+    btn.disabled = false;
+  }
+}
+
+// follow shows a SessionFork's progress until its child is Ready or the
+// fork has failed.
+async function follow(ns, forkName, status) {
+  for (;;) {
+    const res = await fetch("/api/forks/" + encodeURIComponent(ns) + "/" + encodeURIComponent(forkName));
+    const body = await res.text();
+    if (!res.ok) {
+      showStatus(status, "error", errorText(body, res));
+      return;
+    }
+    const f = JSON.parse(body);
+    if (f.phase === "Failed") {
+      showStatus(status, "error", "sessionfork/" + f.name + " failed: " + f.reason + ": " + f.message);
+      return;
+    }
+    if (f.phase === "Succeeded") {
+      showStatus(status, f.childReady ? "done" : "waiting",
+        "sessionfork/" + f.name + ": child ",
+        el("a", { class: "child", href: sessionHref(ns, f.child) }, f.child),
+        " — cut at seq " + f.cutSeq + " (turn " + f.cutTurn + ", " + f.cutReason + ")",
+        f.childReady ? ", Ready" : ", replaying…");
+      if (f.childReady) return;
+    } else {
+      showStatus(status, "waiting", "sessionfork/" + f.name + ": " + (f.reason ? f.reason + ": " + f.message : "waiting for the manager…"));
+    }
+    await new Promise((r) => setTimeout(r, 500));
+  }
+}
+
+function renderEvents(page) {
+  if (page.eventsError) return el("p", { class: "error" }, "Events cannot be listed: " + page.eventsError);
+  if (!page.events.length) return el("p", { class: "muted" }, "No Events (they expire after an hour; the status keeps the counts).");
+  return el("table", { class: "events" },
+    el("thead", {}, el("tr", {}, ["Last seen", "Type", "Reason", "Object", "Message"].map((h) => el("th", {}, h)))),
+    el("tbody", {}, page.events.map((e) => el("tr", { "data-reason": e.reason },
+      el("td", {}, new Date(e.lastSeen).toLocaleTimeString()), el("td", { class: e.type }, e.type), el("td", {}, e.reason),
+      el("td", {}, e.object + (e.seq >= 0 ? " (seq " + e.seq + ")" : "")), el("td", { class: "message" }, e.message)))));
+}
+
+function renderForks(ns, forks) {
+  if (!forks.length) return el("p", { class: "muted" }, "No SessionForks of this Session.");
+  return el("table", {},
+    el("thead", {}, el("tr", {}, ["Name", "At", "Result"].map((h) => el("th", {}, h)))),
+    el("tbody", {}, forks.map((f) => el("tr", { "data-fork": f.name },
+      el("td", {}, f.name), el("td", {}, f.atSeq + (f.cutSeq != null ? " → cut " + f.cutSeq : "")),
+      el("td", { class: f.phase === "Failed" ? "error" : "" },
+        f.child ? el("a", { href: sessionHref(ns, f.child) }, f.child) : f.phase + (f.reason ? " (" + f.reason + ")" : ""))))));
+}
+
+function renderTree(ns, n) {
+  const label = n.missing ? el("span", { class: "name muted" }, n.name + " (gone or not readable)")
+    : el("a", { href: sessionHref(ns, n.name) }, n.name);
+  return el("li", { class: n.current ? "current" : null, "data-session": n.name },
+    label,
+    n.cutSeq != null ? el("span", { class: "muted" }, " cut " + n.cutSeq) : null,
+    n.ready && n.ready !== "True" ? el("span", { class: "muted" }, " (" + n.ready + ")") : null,
+    n.children.length ? el("ul", {}, n.children.map((c) => renderTree(ns, c))) : null);
+}
+
+// ---- routing ----
+
+const m = location.pathname.match(/^\/s\/([^/]+)\/([^/]+)$/);
+if (m) sessionPage(decodeURIComponent(m[1]), decodeURIComponent(m[2]));
+else sessionsPage();

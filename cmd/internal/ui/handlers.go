@@ -1,0 +1,242 @@
+package ui
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/turnlog/turnlog/agenthost"
+	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/cmd/internal/cmdkit"
+)
+
+// sessionPage is everything the Session page shows.
+type sessionPage struct {
+	Session      sessionView  `json:"session"`
+	Conversation conversation `json:"conversation"`
+	Events       []eventView  `json:"events"`
+	// EventsError says why the Events could not be listed.
+	EventsError string     `json:"eventsError,omitempty"`
+	Forks       []forkView `json:"forks"`
+	Tree        *treeNode  `json:"tree"`
+}
+
+func (s *Server) session(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	ns, name := r.PathValue("namespace"), r.PathValue("name")
+	session := &turnlogv1.Session{}
+	if err := s.opts.Kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, session); err != nil {
+		writeError(w, httpStatus(err), fmt.Errorf("Session %s/%s: %w", ns, name, err))
+		return
+	}
+	page := sessionPage{Session: viewSession(session), Events: []eventView{}, Forks: []forkView{}}
+	if events, err := cmdkit.SessionEvents(ctx, s.opts.Kube, ns, name); err != nil {
+		page.EventsError = err.Error()
+	} else {
+		for _, e := range events {
+			page.Events = append(page.Events, viewEvent(e))
+		}
+	}
+	forks := &turnlogv1.SessionForkList{}
+	if err := s.opts.Kube.List(ctx, forks, client.InNamespace(ns)); err == nil {
+		for i := range forks.Items {
+			if forks.Items[i].Spec.Source.Name == name {
+				page.Forks = append(page.Forks, viewFork(&forks.Items[i]))
+			}
+		}
+	}
+	// The tree shows the Sessions the user can list; without that right,
+	// the Session alone.
+	family := []turnlogv1.Session{*session}
+	if list, err := sessionsIn(ctx, s.opts.Kube, ns); err == nil {
+		family = list.Items
+	}
+	page.Tree = forkTree(session, family)
+	page.Conversation = s.conversation(ctx, session, page.Events)
+	writeJSON(w, http.StatusOK, page)
+}
+
+// conversation reads the Session's stored transcript and raw log, saying
+// in its Note what it could not read.
+func (s *Server) conversation(ctx context.Context, session *turnlogv1.Session, events []eventView) conversation {
+	c := conversation{ThroughSeq: -1, Turns: []turnView{}}
+	if s.opts.Store == nil {
+		c.Note = "No transcript: start turnlog ui with --store-url (or $TURNLOG_STORE_URL) to read the Session's log."
+		return c
+	}
+	log, err := s.opts.Store.OpenSession(ctx, s.opts.Kube, session.Namespace, session.Name)
+	if err != nil {
+		c.Note = "The Session's log cannot be opened: " + err.Error()
+		return c
+	}
+	tr, err := log.Transcript(ctx)
+	switch {
+	case errors.Is(err, agenthost.ErrNotReplayed):
+		c.Note = "No transcript yet: the workers have not replayed a turn of this Session."
+		tr = agenthost.Transcript{}
+	case err != nil:
+		c.Note = "The stored transcript cannot be read: " + err.Error()
+		tr = agenthost.Transcript{}
+	default:
+		c.ThroughSeq = tr.ThroughSeq
+	}
+	raw, err := readRawLog(ctx, log)
+	if err != nil {
+		c.Note = "The Session's log cannot be read: " + err.Error()
+		raw = nil
+	}
+	c.Turns = buildConversation(tr, raw, degradedMessages(session, tr, events))
+	return c
+}
+
+// forkRequest is the body of a fork action.
+type forkRequest struct {
+	AtSeq string `json:"atSeq"`
+	Name  string `json:"name"`
+}
+
+// atSeqPattern is SessionFork's atSeq: a non-negative decimal.
+var atSeqPattern = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?$`)
+
+func (s *Server) createFork(w http.ResponseWriter, r *http.Request) {
+	if err := s.sameOrigin(r); err != nil {
+		writeError(w, http.StatusForbidden, err)
+		return
+	}
+	var req forkRequest
+	if err := readJSON(r, &req); err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	if !atSeqPattern.MatchString(req.AtSeq) {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("atSeq %q: want a non-negative decimal such as 41 or 40.1", req.AtSeq))
+		return
+	}
+	ns, source := r.PathValue("namespace"), r.PathValue("name")
+	fork := &turnlogv1.SessionFork{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: req.Name},
+		Spec: turnlogv1.SessionForkSpec{Source: turnlogv1.SessionReference{Name: source}, AtSeq: req.AtSeq,
+			Target: turnlogv1.ForkTarget{Name: req.Name}},
+	}
+	if req.Name == "" {
+		fork.GenerateName = cmdkit.ForkGenerateName(source)
+	}
+	if err := s.opts.Kube.Create(r.Context(), fork); err != nil {
+		writeError(w, httpStatus(err), fmt.Errorf("create SessionFork of %s at %s: %w", source, req.AtSeq, err))
+		return
+	}
+	writeJSON(w, http.StatusCreated, viewFork(fork))
+}
+
+func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	fork := &turnlogv1.SessionFork{}
+	key := client.ObjectKey{Namespace: r.PathValue("namespace"), Name: r.PathValue("name")}
+	if err := s.opts.Kube.Get(ctx, key, fork); err != nil {
+		writeError(w, httpStatus(err), fmt.Errorf("SessionFork %s: %w", key, err))
+		return
+	}
+	v := viewFork(fork)
+	if v.Child != "" {
+		child := &turnlogv1.Session{}
+		if err := s.opts.Kube.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: v.Child}, child); err == nil {
+			v.ChildOK = viewSession(child).Ready == "True"
+		}
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+// heartbeat keeps an idle event stream open through proxies and tells
+// the server when the page has gone.
+const heartbeat = 20 * time.Second
+
+// watchSessions streams the Sessions of a namespace as Server-Sent
+// Events: a "snapshot" of them all, then an "upsert" or "delete" per
+// change; an "error" when the list or the watch fails, after which it
+// lists again.
+func (s *Server) watchSessions(w http.ResponseWriter, r *http.Request) {
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		writeError(w, http.StatusInternalServerError, errors.New("streaming is not supported"))
+		return
+	}
+	ns := r.URL.Query().Get("namespace")
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(http.StatusOK)
+	stream := &eventStream{w: w, flush: flusher.Flush}
+	ctx := r.Context()
+	for ctx.Err() == nil {
+		err := s.streamSessions(ctx, ns, stream)
+		if ctx.Err() != nil || stream.err != nil {
+			return
+		}
+		if err != nil {
+			stream.send("error", map[string]string{"error": err.Error()})
+			select {
+			case <-ctx.Done():
+			case <-time.After(3 * time.Second):
+			}
+		}
+	}
+}
+
+// streamSessions lists, then watches from the list's version until the
+// watch ends.
+func (s *Server) streamSessions(ctx context.Context, ns string, stream *eventStream) error {
+	list, err := sessionsIn(ctx, s.opts.Kube, ns)
+	if err != nil {
+		where := "namespace " + ns
+		if ns == "" {
+			where = "all namespaces"
+		}
+		return fmt.Errorf("list Sessions in %s: %w", where, err)
+	}
+	views := make([]sessionView, len(list.Items))
+	for i := range list.Items {
+		views[i] = viewSession(&list.Items[i])
+	}
+	stream.send("snapshot", views)
+	opts := []client.ListOption{&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.ResourceVersion}}}
+	if ns != "" {
+		opts = append(opts, client.InNamespace(ns))
+	}
+	wi, err := s.opts.Kube.Watch(ctx, &turnlogv1.SessionList{}, opts...)
+	if err != nil {
+		return fmt.Errorf("watch Sessions: %w", err)
+	}
+	defer wi.Stop()
+	tick := time.NewTicker(heartbeat)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			stream.comment()
+		case ev, ok := <-wi.ResultChan():
+			if !ok {
+				return nil // the watch timed out: list again
+			}
+			session, isSession := ev.Object.(*turnlogv1.Session)
+			switch {
+			case ev.Type == watch.Error:
+				return nil // e.g. the version expired: list again
+			case !isSession:
+			case ev.Type == watch.Deleted:
+				stream.send("delete", map[string]string{"namespace": session.Namespace, "name": session.Name})
+			case ev.Type == watch.Added || ev.Type == watch.Modified:
+				stream.send("upsert", viewSession(session))
+			}
+		}
+		if stream.err != nil {
+			return stream.err
+		}
+	}
+}

@@ -1,0 +1,327 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/turnlog/turnlog/agenthost"
+	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/testutil/controlplane"
+	"github.com/turnlog/turnlog/turnlogtest"
+)
+
+// The sample Session's stopped response: frozen partial text that the page
+// shows greyed and never as part of the transcript.
+const (
+	sampleFrozen   = "Runbook: 1. Check the registry status page"
+	sampleFrozenAt = "15.1" // its turn/end is seq 16: the frozen node is 16 - 0.9
+	sampleTurn4    = "Stop. Just the first step, please."
+)
+
+// TestUIInBrowser runs `turnlog ui` against a local cluster holding the
+// sample Session and drives it from headless Chromium as a person would:
+// the list, the Session with its degraded message and greyed frozen text,
+// a fork from the stopped message, a fork whose name is taken, the child.
+// UI_SCREENSHOTS=DIR (relative to the repository) saves the three pages.
+func TestUIInBrowser(t *testing.T) {
+	browser := findChromium(t)
+	if !controlplane.Available() && os.Getenv("CI") != "true" {
+		t.Skipf("no control plane in %s: run `make control-plane`", controlplane.Assets())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	tl, err := turnlogtest.New(ctx, turnlogtest.WithControlPlane(controlplane.Assets()), turnlogtest.WithNamespaces("default"),
+		turnlogtest.WithPollInterval(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := tl.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	importSample(ctx, t, tl)
+	waitSession(ctx, t, tl.Client, "support-chat", 22)
+	url := startUI(ctx, t, tl)
+
+	alloc, cancelAlloc := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1280, 900))...)
+	defer cancelAlloc()
+	page, cancelPage := chromedp.NewContext(alloc)
+	defer cancelPage()
+	// The first run starts the browser, which lives as long as its context.
+	if err := chromedp.Do(page); err != nil {
+		t.Fatalf("start %s: %v", browser, err)
+	}
+	shots := screenshots(t)
+
+	// The list: the sample Session with its status, from the watch.
+	row := `tr[data-session="default/support-chat"]`
+	browse(t, page, "the Sessions list",
+		chromedp.Navigate(url),
+		poll(textIs(row+" .ready", "True")+" && "+textIs(row+" .head", "22")+" && "+textIs(row+" .turns", "4")+
+			" && "+textIs(row+" .causes", "version:3")+" && "+textIs(row+" .degraded", "1")),
+		shots("ui-sessions.png"))
+	// A second tab keeps the list open: the child must appear in it
+	// without a reload.
+	list, cancelList := chromedp.NewContext(page)
+	defer cancelList()
+	if err := chromedp.Do(list); err != nil {
+		t.Fatal(err)
+	}
+	browse(t, list, "the list in a second tab", chromedp.Navigate(url), poll(textIs(row+" .ready", "True")))
+
+	// The Session: its degraded message marked with the Event's words, its
+	// stopped response greyed outside the transcript.
+	browse(t, page, "the Session page",
+		chromedp.Click(chromedp.CSS(row+" a.session-link")),
+		poll(`document.querySelector('li.message.degraded[data-seq="3"] .degraded-note')?.textContent.includes("seq 3 replayed provider-neutral")`),
+		chromedp.WaitVisible(chromedp.CSS(`.frozen .frozen-text`)))
+	var got struct {
+		Degraded, FrozenColor, BodyColor, FrozenStyle, ForkAt string
+		Frozen, FrozenInTranscript, Turn4                     bool
+	}
+	got = evaluate[sessionFacts](t, page, "read the Session page", fmt.Sprintf(`(() => {
+		const frozen = [...document.querySelectorAll('.frozen')].find((f) => f.textContent.includes(%[1]q));
+		const text = frozen && frozen.querySelector('.frozen-text');
+		const body = document.querySelector('.transcript li.message .body');
+		return {
+			Degraded: document.querySelector('li.message.degraded[data-seq="3"]')?.textContent || "",
+			Frozen: !!text && text.textContent.includes(%[1]q),
+			FrozenInTranscript: [...document.querySelectorAll('.transcript')].some((l) => l.textContent.includes(%[1]q)) || !!(frozen && frozen.closest('.transcript')),
+			FrozenColor: text ? getComputedStyle(text).color : "",
+			FrozenStyle: text ? getComputedStyle(text).fontStyle : "",
+			BodyColor: body ? getComputedStyle(body).color : "",
+			ForkAt: frozen?.querySelector('button.fork')?.dataset.forkAt || "",
+			Turn4: [...document.querySelectorAll('.transcript')].some((l) => l.textContent.includes(%[2]q)),
+		};
+	})()`, sampleFrozen, sampleTurn4))
+	if !strings.Contains(got.Degraded, "degraded: version") {
+		t.Errorf("the degraded message at seq 3 does not show its cause: %q", got.Degraded)
+	}
+	if !got.Frozen || got.FrozenInTranscript {
+		t.Errorf("frozen text shown: %v, inside the transcript: %v; want shown, outside", got.Frozen, got.FrozenInTranscript)
+	}
+	if got.FrozenColor == got.BodyColor || got.FrozenStyle != "italic" {
+		t.Errorf("frozen text is not greyed: color %s (transcript %s), font-style %s", got.FrozenColor, got.BodyColor, got.FrozenStyle)
+	}
+	if !got.Turn4 {
+		t.Error("the transcript does not show turn 4")
+	}
+	if got.ForkAt != sampleFrozenAt {
+		t.Errorf("the stopped message forks at %q, want the frozen node %s", got.ForkAt, sampleFrozenAt)
+	}
+	browse(t, page, "screenshot the Session", shots("ui-session.png"))
+
+	// One click on the stopped message forks at its frozen node.
+	status := `.frozen[data-seq="15"] .fork-status`
+	browse(t, page, "fork from the stopped message",
+		chromedp.SetValue(chromedp.CSS("#fork-name"), "support-chat-retry"),
+		chromedp.Click(chromedp.CSS(`.frozen[data-seq="15"] button.fork`)),
+		poll(`document.querySelector('`+status+`.done a.child')?.textContent === "support-chat-retry"`))
+	fork := &turnlogv1.SessionFork{}
+	if err := tl.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: "support-chat-retry"}, fork); err != nil {
+		t.Fatal(err)
+	}
+	if cut := fork.Status.CutSeq; fork.Spec.AtSeq != sampleFrozenAt || cut == nil || *cut != 16 {
+		t.Errorf("SessionFork atSeq %q cut %s, want atSeq %q (the frozen node, as sent) cut 16", fork.Spec.AtSeq, fmtSeq(cut), sampleFrozenAt)
+	}
+	waitSession(ctx, t, tl.Client, "support-chat-retry", 16)
+
+	// The same name again: the API server's refusal, where it was clicked.
+	browse(t, page, "fork with a name taken",
+		chromedp.Click(chromedp.CSS(`.frozen[data-seq="15"] button.fork`)),
+		poll(`document.querySelector('`+status+`.error')?.textContent.includes("already exists")`))
+	t.Logf("refusal shown: %s", evaluate[string](t, page, "read the refusal", `document.querySelector('`+status+`').textContent`))
+
+	// The list shows the child live.
+	child := `tr[data-session="default/support-chat-retry"]`
+	browse(t, list, "the child in the open list", poll(textIs(child+" .forked-from", "support-chat @ 16")))
+
+	// The child, from the fork tree: turns 1-3, the stopped response
+	// greyed and out of its transcript, no turn 4; its tree links the
+	// parent.
+	browse(t, page, "the child's page",
+		chromedp.Click(chromedp.CSS(`#tree a[href="/s/default/support-chat-retry"]`)),
+		poll(`document.querySelector('#tree a[href="/s/default/support-chat"]') !== null && document.querySelectorAll('.transcript li.message').length > 0`))
+	childPage := evaluate[struct{ FrozenInTranscript, Turn4 bool }](t, page, "read the child's page", fmt.Sprintf(`(() => ({
+		FrozenInTranscript: [...document.querySelectorAll('.transcript')].some((l) => l.textContent.includes(%[1]q)),
+		Turn4: document.getElementById('conversation').textContent.includes(%[2]q),
+	}))()`, sampleFrozen, sampleTurn4))
+	browse(t, page, "screenshot the child", shots("ui-child.png"))
+	if childPage.FrozenInTranscript || childPage.Turn4 {
+		t.Errorf("child's transcript: frozen text in it %v, turn 4 in it %v; want neither", childPage.FrozenInTranscript, childPage.Turn4)
+	}
+}
+
+// sessionFacts are what the Session page shows a person.
+type sessionFacts struct {
+	Degraded, FrozenColor, BodyColor, FrozenStyle, ForkAt string
+	Frozen, FrozenInTranscript, Turn4                     bool
+}
+
+func fmtSeq(v *int64) string {
+	if v == nil {
+		return "none"
+	}
+	return fmt.Sprint(*v)
+}
+
+// findChromium returns Debian's chromium: on PATH, else /usr/bin/chromium.
+// Without it the test is skipped, except under CI=true.
+func findChromium(t *testing.T) string {
+	for _, name := range []string{"chromium", "/usr/bin/chromium"} {
+		if path, err := exec.LookPath(name); err == nil {
+			return path
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("no chromium on PATH or in /usr/bin: run `make browser` (apt-get install chromium)")
+	}
+	t.Skip("no chromium on PATH or in /usr/bin: run `make browser` (apt-get install chromium)")
+	return ""
+}
+
+func importSample(ctx context.Context, t *testing.T, tl *turnlogtest.Env) {
+	t.Helper()
+	f, err := os.Open("../../config/samples/support-chat.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	events, err := agenthost.ReadEvents(bufio.NewReader(f), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := agenthost.OpenStore(ctx, tl.StoreURL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.ImportSession(ctx, tl.Client, "default", "support-chat", events, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitSession waits until the Session is Ready and replayed through seq.
+func waitSession(ctx context.Context, t *testing.T, kube client.Client, name string, seq int64) {
+	t.Helper()
+	s := &turnlogv1.Session{}
+	for {
+		err := kube.Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, s)
+		if err == nil && meta.IsStatusConditionTrue(s.Status.Conditions, turnlogv1.ConditionReady) &&
+			s.Status.Replay != nil && s.Status.Replay.ThroughSeq >= seq {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("Session %s not Ready and replayed through %d: %v %+v", name, seq, err, s.Status)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// startUI runs `turnlog ui` on a free port with the cluster's kubeconfig
+// and store, as a user would, and returns the URL it prints.
+func startUI(ctx context.Context, t *testing.T, tl *turnlogtest.Env) string {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, turnlogBin, "ui", "--port", "0", "--kubeconfig", tl.Kubeconfig, "-n", "default", "--store-url", tl.StoreURL)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+	})
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("turnlog ui printed no URL: %v", err)
+	}
+	fields := strings.Fields(line)
+	if len(fields) < 3 || !strings.HasPrefix(fields[2], "http://127.0.0.1:") {
+		t.Fatalf("turnlog ui printed %q, want its URL on 127.0.0.1", line)
+	}
+	return fields[2]
+}
+
+// browse runs browser actions, failing the test with what was being done.
+func browse(t *testing.T, ctx context.Context, what string, actions ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	evaluate[chromedp.Void](t, ctx, what, "", actions...)
+}
+
+// evaluate runs browser actions, then the JavaScript expression (if any),
+// and returns its value; it fails the test with what was being done and
+// the page's text. Each call has a minute.
+func evaluate[T any](t *testing.T, ctx context.Context, what, expr string, actions ...chromedp.Action[chromedp.Void]) T {
+	t.Helper()
+	step, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	var v T
+	err := chromedp.Do(step, actions...)
+	if err == nil && expr != "" {
+		v, err = chromedp.Run(step, chromedp.Evaluate[T](expr))
+	}
+	if err != nil {
+		body, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("main")))
+		t.Fatalf("%s: %v\npage:\n%s", what, err, body)
+	}
+	return v
+}
+
+// poll waits until the JavaScript expression is true, in the page a
+// click has just navigated to too.
+func poll(expr string) chromedp.Action[chromedp.Void] {
+	return func(ctx context.Context, tab *chromedp.Target) (chromedp.Void, error) {
+		for {
+			_, err := chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingInterval(100*time.Millisecond))(ctx, tab)
+			if err == nil || ctx.Err() != nil || !(strings.Contains(err.Error(), "navigated") || strings.Contains(err.Error(), "Cannot find context")) {
+				return chromedp.Void{}, err
+			}
+		}
+	}
+}
+
+// textIs is a JavaScript test of an element's text.
+func textIs(selector, text string) string {
+	return fmt.Sprintf(`(document.querySelector(%q)?.textContent.trim() === %q)`, selector, text)
+}
+
+// screenshots returns an action that saves the page as a PNG in
+// $UI_SCREENSHOTS (relative to the repository), or does nothing.
+func screenshots(t *testing.T) func(name string) chromedp.Action[chromedp.Void] {
+	dir := os.Getenv("UI_SCREENSHOTS")
+	return func(name string) chromedp.Action[chromedp.Void] {
+		return chromedp.Func(func(ctx context.Context, tab *chromedp.Target) error {
+			if dir == "" {
+				return nil
+			}
+			png, err := chromedp.FullScreenshot(100)(ctx, tab)
+			if err != nil {
+				return err
+			}
+			path := dir
+			if !filepath.IsAbs(path) {
+				path = filepath.Join("..", "..", dir)
+			}
+			t.Logf("screenshot %s", filepath.Join(path, name))
+			return os.WriteFile(filepath.Join(path, name), png, 0o644)
+		})
+	}
+}
