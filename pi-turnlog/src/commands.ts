@@ -74,7 +74,7 @@ export function registerCommands(pi: ExtensionAPI, deps: Deps) {
 				let at = atSeq;
 				if (at.startsWith("@")) {
 					// A message as pi names it: the event it became.
-					const seq = rec.seqOf(at.slice(1));
+					const seq = await rec.seqOf(at.slice(1));
 					if (seq === undefined) throw new Error(`no pi entry ${at.slice(1)} in ${rec.location.namespace}/${rec.location.session}'s log`);
 					at = String(seq);
 				}

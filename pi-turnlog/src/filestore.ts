@@ -12,7 +12,7 @@
 // inside the store), a FIFO, a device or a socket is refused with an error
 // naming it, never followed or opened.
 import { createHash, randomBytes } from "node:crypto";
-import { constants, promises as fsp, mkdirSync, type Stats, statSync } from "node:fs";
+import { constants, type Dirent, promises as fsp, mkdirSync, type Stats, statSync } from "node:fs";
 import type { FileHandle } from "node:fs/promises";
 import { join } from "node:path";
 
@@ -53,7 +53,7 @@ export function openFileStore(url: string, u: URL): Store {
 }
 
 /** What an entry is, in the words the Go store refuses it with. */
-function refusedKind(st: Stats): string {
+function refusedKind(st: Stats | Dirent): string {
 	if (st.isSymbolicLink()) return "a symbolic link";
 	if (st.isFIFO()) return "a named pipe (FIFO)";
 	if (st.isSocket()) return "a socket";
@@ -304,26 +304,22 @@ class FileStore implements Store {
 	}
 
 	private async walk(path: string, dirKey: string, match: string, prefix: string, out: string[]): Promise<void> {
-		let names: string[];
+		let entries: Dirent[];
 		try {
-			names = await fsp.readdir(path);
+			// Each entry's type comes with its name, as lstat would say it:
+			// a log of thousands of segments lists without a stat of each.
+			entries = await fsp.readdir(path, { withFileTypes: true });
 		} catch (err) {
 			if (code(err) === "ENOENT") return;
 			throw new StoreError(`list ${JSON.stringify(prefix)}: ${(err as Error).message}`, "transient");
 		}
-		for (const name of names) {
+		for (const d of entries) {
+			const name = d.name;
 			if (!name.startsWith(match) || name.endsWith(".attrs") || (dirKey === "" && name === TMP_DIR)) continue;
 			const key = dirKey === "" ? name : `${dirKey}/${name}`;
-			let st: Stats;
-			try {
-				st = await fsp.lstat(join(path, name));
-			} catch (err) {
-				if (code(err) === "ENOENT") continue; // deleted since the directory was read
-				throw new StoreError(`list ${JSON.stringify(prefix)}: ${(err as Error).message}`, "transient");
-			}
-			if (st.isFile()) out.push(key);
-			else if (st.isDirectory()) await this.walk(join(path, name), key, "", prefix, out);
-			else throw refused("list", prefix, key, refusedKind(st));
+			if (d.isFile()) out.push(key);
+			else if (d.isDirectory()) await this.walk(join(path, name), key, "", prefix, out);
+			else throw refused("list", prefix, key, refusedKind(d));
 		}
 	}
 }

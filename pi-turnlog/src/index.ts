@@ -13,21 +13,28 @@
 //   TURNLOG_KUBECONFIG     a kubeconfig: the Session is found or created by
 //                          name through the API server, nudged, and its
 //                          spec.adapter follows pi's model
+//   TURNLOG_DEBUG_GETS     a test hook: a file the package appends the key
+//                          of every object it reads to, one a line
 import { randomUUID } from "node:crypto";
+import { appendFileSync } from "node:fs";
 import type { ExtensionAPI, ExtensionContext } from "@earendil-works/pi-coding-agent";
 import { BINDING, type Binding, registerCommands } from "./commands.ts";
 import { Kube, LABEL_PI_BRANCH_POINT, LABEL_PI_SESSION } from "./kube.ts";
 import { type Location, rootOf, SegmentLog, sameLocation } from "./log.ts";
 import type { Entry } from "./mapping.ts";
 import { type Adapter, adapterOf, Recorder } from "./recorder.ts";
-import { openStore, type Store } from "./store.ts";
+import { openStore, type Store, withGetHook } from "./store.ts";
 
 export default function (pi: ExtensionAPI) {
 	const url = process.env.TURNLOG_STORE_URL;
 	if (!url) return; // nothing to record into
 	let store: Store | undefined;
 	const getStore = () => {
-		store ??= openStore(url, { requestTimeoutMs: Number(process.env.TURNLOG_S3_TIMEOUT_MS) || undefined });
+		if (!store) {
+			store = openStore(url, { requestTimeoutMs: Number(process.env.TURNLOG_S3_TIMEOUT_MS) || undefined });
+			const gets = process.env.TURNLOG_DEBUG_GETS;
+			if (gets) store = withGetHook(store, (key) => appendFileSync(gets, `${key}\n`));
+		}
 		return store;
 	};
 	let kube: Kube | undefined;
@@ -138,7 +145,7 @@ export default function (pi: ExtensionAPI) {
 	const branchOff = async (ctx: ExtensionContext, r: Recorder, off: number, adapter: Adapter): Promise<Location> => {
 		r.endTurnIfOpen();
 		await r.flush();
-		const cut = r.lastTurnEndBefore(off);
+		const cut = await r.lastTurnEndBefore(off);
 		const parent = r.location;
 		const point = ctx.sessionManager.getLeafId() ?? "root";
 		const name = `${rootName(ctx).slice(0, 40).replace(/-+$/, "")}-${point.slice(0, 8)}-${randomUUID().slice(0, 4)}`.toLowerCase();
@@ -168,14 +175,14 @@ export default function (pi: ExtensionAPI) {
 		const adapter = adapterOf(ctx.model);
 		const loc = await locationFor(ctx, adapter);
 		if (!rec || !sameLocation(rec.location, loc)) await switchTo(ctx, loc, adapter);
-		const off = rec!.offPath(path, (id) => ctx.sessionManager.getEntry(id) !== undefined);
+		const off = await rec!.offPath(path, (id) => ctx.sessionManager.getEntry(id) !== undefined);
 		if (off !== undefined) {
 			const child = await branchOff(ctx, rec!, off, adapter);
 			pi.appendEntry(BINDING, { location: child, seqs: {}, kinds: {} } satisfies Binding);
 			await switchTo(ctx, child, adapter);
 			report(`pi's branch is recorded into ${child.namespace}/${child.session}`, "info");
 		}
-		rec!.record(path);
+		await rec!.record(path);
 		// Entries the previous process persisted but never logged, or the
 		// branch's turn up to where pi went back to, end up in a turn of
 		// their own.
@@ -200,8 +207,8 @@ export default function (pi: ExtensionAPI) {
 	pi.on("message_start", (event, ctx) => {
 		if (event.message.role !== "assistant") return;
 		const entries = now(ctx);
-		serial("record", () => {
-			rec?.record(entries);
+		serial("record", async () => {
+			await rec?.record(entries);
 			rec?.responseStart(event.message);
 		});
 	});
@@ -210,7 +217,9 @@ export default function (pi: ExtensionAPI) {
 	});
 	const afterPersist = (ctx: ExtensionContext) => {
 		const entries = soon(ctx);
-		serial("record", async () => rec?.record(await entries));
+		serial("record", async () => {
+			await rec?.record(await entries);
+		});
 	};
 	pi.on("message_end", (_e, ctx) => {
 		afterPersist(ctx);
@@ -244,7 +253,7 @@ export default function (pi: ExtensionAPI) {
 	pi.on("agent_settled", (_e, ctx) => {
 		const entries = soon(ctx);
 		serial("record", async () => {
-			rec?.record(await entries);
+			await rec?.record(await entries);
 			rec?.endTurnIfOpen(); // a turn/end is written at once
 		});
 	});
@@ -253,7 +262,7 @@ export default function (pi: ExtensionAPI) {
 			const r = rec;
 			rec = undefined;
 			if (!r) return;
-			r.record(branch(ctx));
+			await r.record(branch(ctx));
 			r.endTurnIfOpen();
 			await r.close();
 			where = undefined;

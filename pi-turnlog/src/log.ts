@@ -47,10 +47,11 @@ export class SegmentLog {
 		readonly root: string,
 	) {}
 
-	private async segments(): Promise<{ key: string; first: number }[]> {
+	/** The log's segments in seq order: their keys and first seqs. */
+	async segments(): Promise<{ key: string; first: number }[]> {
 		const prefix = `${this.root}log/`;
 		const out: { key: string; first: number }[] = [];
-		for (const key of await this.store.list(prefix)) {
+		for (const key of await retry(() => this.store.list(prefix))) {
 			const m = /^(\d{20})\.jsonl$/.exec(key.slice(prefix.length));
 			if (!m) throw new Error(`bad log data: ${key}: not a segment`);
 			out.push({ key, first: Number(m[1]) });
@@ -58,7 +59,8 @@ export class SegmentLog {
 		return out;
 	}
 
-	private async readSegment(key: string, first: number): Promise<LogEvent[]> {
+	/** The events of the segment key, whose first seq is first. */
+	async readSegment(key: string, first: number): Promise<LogEvent[]> {
 		return (await this.readLines(key, first)).events;
 	}
 
@@ -80,14 +82,6 @@ export class SegmentLog {
 		return { events, lines };
 	}
 
-	/** The seq the next event gets: 0 for an empty log. */
-	async head(): Promise<number> {
-		const segs = await retry(() => this.segments());
-		if (segs.length === 0) return 0;
-		const last = segs[segs.length - 1];
-		return last.first + (await this.readSegment(last.key, last.first)).length;
-	}
-
 	/**
 	 * forkTo writes the log's events 0..cut, byte for byte, as the log of
 	 * child, which must be empty: the offline form of a SessionFork
@@ -95,9 +89,9 @@ export class SegmentLog {
 	 * child that already has a log is refused, not overwritten.
 	 */
 	async forkTo(child: SegmentLog, cut: number): Promise<void> {
-		if ((await retry(() => child.segments())).length > 0) throw new Error(`the fork's child ${child.root} already has a log`);
+		if ((await child.segments()).length > 0) throw new Error(`the fork's child ${child.root} already has a log`);
 		const lines: string[] = [];
-		for (const s of await retry(() => this.segments())) {
+		for (const s of await this.segments()) {
 			if (s.first > cut) break;
 			lines.push(...(await this.readLines(s.key, s.first)).lines);
 		}
@@ -109,7 +103,7 @@ export class SegmentLog {
 
 	/** Every event of the log, checking that seqs are dense across segments. */
 	async readAll(): Promise<LogEvent[]> {
-		const segs = await retry(() => this.segments());
+		const segs = await this.segments();
 		const out: LogEvent[] = [];
 		for (const s of segs) {
 			if (s.first !== out.length) throw new Error(`bad log data: ${s.key}: starts at seq ${s.first}, the log has ${out.length} events before it`);

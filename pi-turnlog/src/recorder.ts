@@ -4,7 +4,8 @@
 // and chunks while the provider delivers it, then pi's finished message
 // (inline signatures and all, which replay prefers over its own assembly)
 // and a response/finish.
-import { type Location, type LogEvent, OwnedAppender, rootOf, SegmentLog } from "./log.ts";
+import { type Location, OwnedAppender, rootOf, SegmentLog } from "./log.ts";
+import { LogIndex, type Mapped } from "./logindex.ts";
 import {
 	BRANCH_SUMMARY_PREFIX,
 	BRANCH_SUMMARY_SUFFIX,
@@ -48,9 +49,12 @@ export interface RecorderHooks {
 
 export class Recorder {
 	readonly log: SegmentLog;
+	private index: LogIndex;
 	private app!: OwnedAppender;
-	private types: string[] = []; // event type by seq
-	private mapped = new Map<string, { seq: number; kind: Kind }>();
+	/** Entries that are the log's without an event there: bindings (seq -1) and the messages /turnlog-open brought in. */
+	private adopted = new Map<string, Mapped>();
+	/** Entries of this pi session come after this seq: the log before it is what /turnlog-open brought in. */
+	private floor = 0;
 	private turn = 0;
 	private inTurn = false; // a turn is open
 	private reason = "aborted";
@@ -66,62 +70,57 @@ export class Recorder {
 		private hooks: RecorderHooks = {},
 	) {
 		this.log = new SegmentLog(store, rootOf(location));
+		this.index = new LogIndex(this.log);
 	}
 
 	/**
-	 * open reads the log and continues it at its head. A turn the previous
-	 * process left open (it was killed, or lost the store) ends here: its
-	 * cut response as aborted, then the turn.
+	 * open continues the log at its head, from its last segment and its
+	 * first (logindex.ts). A turn the previous process left open (it was
+	 * killed, or lost the store) ends here: its cut response as aborted,
+	 * then the turn.
 	 */
 	async open(adapter: Adapter, piSession: unknown, check?: (recordedFrom: string | undefined) => void): Promise<void> {
-		const events = await this.log.readAll();
-		this.app = new OwnedAppender(this.log, events.length, {
+		const head = await this.index.open();
+		this.app = new OwnedAppender(this.log, head, {
 			onWritten: (next, endsTurn) => this.hooks.written?.(next, endsTurn),
 			onError: (err) => this.hooks.failed?.(err),
 		});
-		let responseOpen: number | undefined;
-		const start = events[0]?.type === "session/start" ? (events[0].piSession as { id?: string } | undefined) : undefined;
-		this.piSessionId = start?.id;
-		if (events.length > 0) check?.(this.piSessionId);
-		for (const e of events) {
-			this.types[e.seq] = e.type;
-			const ref = e.piEntry as { id?: string } | undefined;
-			if (ref?.id) this.mapped.set(ref.id, { seq: e.seq, kind: kindOf(e) });
-			switch (e.type) {
-				case "turn/start":
-					this.turn = Number(e.turn);
-					this.inTurn = true;
-					this.reason = "aborted";
-					this.responses = 0;
-					break;
-				case "turn/end":
-					this.inTurn = false;
-					break;
-				case "response/start":
-					responseOpen = Number(e.response);
-					this.responses = Math.max(this.responses, responseOpen + 1);
-					break;
-				case "response/finish":
-					responseOpen = undefined;
-					break;
-				case "assistant/message": {
-					this.responses = Math.max(this.responses, Number(e.response) + 1);
-					const r = (e.message as { stopReason?: string })?.stopReason;
-					if (r) this.reason = r;
-					break;
-				}
-			}
-		}
-		if (events.length === 0) {
+		this.piSessionId = (this.index.start?.piSession as { id?: string } | undefined)?.id;
+		if (head === 0) {
 			this.add({ type: "session/start", time: now(), adapter, piSession });
-		}
-		if (this.inTurn) {
-			if (responseOpen !== undefined) this.streaming = { response: responseOpen, named: new Set() };
-			this.reason = "aborted";
-			this.endTurn();
+		} else {
+			check?.(this.piSessionId);
+			const at = await this.headTurn();
+			this.turn = at.turn;
+			if (at.open) {
+				this.inTurn = true;
+				if (at.streaming !== undefined) this.streaming = { response: at.streaming, named: new Set() };
+				this.endTurn();
+			}
 		}
 		// Written at once; a failure is reported and retried by the next flush.
 		this.app.flush().catch(() => {});
+	}
+
+	/**
+	 * headTurn is the turn at the log's head: its number, whether it is
+	 * open, and the response it was streaming (a response/start or chunk
+	 * with no response/finish after it). Every event inside a turn carries
+	 * its number, so the newest events say it: the log is read back to its
+	 * last turn/end or, in a turn, to the newest event of a response.
+	 */
+	private async headTurn(): Promise<{ turn: number; open: boolean; streaming?: number }> {
+		let turn: number | undefined;
+		let open: boolean | undefined;
+		let streaming: number | null | undefined; // null: none
+		for await (const [, e] of this.index.before(this.index.end)) {
+			turn ??= e.turn;
+			if (open === undefined && (e.type === "turn/start" || e.type === "turn/end" || e.turn !== undefined)) open = e.type !== "turn/end";
+			if (streaming === undefined && ["response/finish", "turn/start", "turn/end"].includes(e.type)) streaming = null;
+			if (streaming === undefined && (e.type === "response/start" || e.type === "chunk")) streaming = e.response ?? null;
+			if (turn !== undefined && open !== undefined && (!open || streaming !== undefined)) break;
+		}
+		return { turn: turn ?? 0, open: open ?? false, streaming: streaming ?? undefined };
 	}
 
 	/**
@@ -130,13 +129,17 @@ export class Recorder {
 	 * log may end before them).
 	 */
 	adopt(bindingId: string, seqs: Record<string, number>, kinds: Record<string, Kind>): void {
-		this.mapped.set(bindingId, { seq: -1, kind: "" });
-		for (const [id, seq] of Object.entries(seqs)) if (seq < this.types.length) this.mapped.set(id, { seq, kind: kinds[id] ?? "message" });
+		this.adopted.set(bindingId, { seq: -1, kind: "" });
+		for (const [id, seq] of Object.entries(seqs)) {
+			if (seq >= this.app.next) continue;
+			this.adopted.set(id, { seq, kind: kinds[id] ?? "message" });
+			this.floor = Math.max(this.floor, seq + 1);
+		}
 	}
 
 	/** seqOf is the seq of the event a pi entry became, if it is in the log. */
-	seqOf(entryId: string): number | undefined {
-		const m = this.mapped.get(entryId);
+	async seqOf(entryId: string): Promise<number | undefined> {
+		const m = this.adopted.get(entryId) ?? (await this.index.locate(entryId));
 		return m && m.seq >= 0 ? m.seq : undefined;
 	}
 
@@ -145,28 +148,59 @@ export class Recorder {
 	 * tree (inTree) not on path: from there on the log holds another branch.
 	 * undefined when every entry of the tree the log records is on path.
 	 * (A log /turnlog-open continues holds another pi session's entries:
-	 * they are not in this tree.)
+	 * they are not in this tree.) The entries of the tree the log records
+	 * lie on one path, in order: read back from the head, the first one on
+	 * path says that all before it are too.
 	 */
-	offPath(path: Entry[], inTree: (id: string) => boolean): number | undefined {
+	async offPath(path: Entry[], inTree: (id: string) => boolean): Promise<number | undefined> {
 		const on = new Set(path.map((e) => e.id));
 		let first: number | undefined;
-		for (const [id, m] of this.mapped) {
-			if (m.seq >= 0 && !on.has(id) && inTree(id) && (first === undefined || m.seq < first)) first = m.seq;
+		for await (const [seq, e] of this.index.before(this.index.end, this.floor)) {
+			if (!e.entry || !inTree(e.entry)) continue;
+			if (on.has(e.entry)) break;
+			first = seq;
 		}
 		return first;
 	}
 
 	/** lastTurnEndBefore is the seq of the last turn/end before seq, -1 if there is none. */
-	lastTurnEndBefore(seq: number): number {
-		for (let s = seq - 1; s >= 0; s--) if (this.types[s] === "turn/end") return s;
+	async lastTurnEndBefore(seq: number): Promise<number> {
+		for await (const [s, e] of this.index.before(seq)) if (e.type === "turn/end") return s;
 		return -1;
 	}
 
 	/** record maps the entries of pi's current path that are not in the log yet. */
-	record(branch: Entry[]): void {
-		for (const e of branch) {
-			if (!this.mapped.has(e.id)) this.entry(e, branch);
+	async record(branch: Entry[]): Promise<void> {
+		if (this.stopped) return; // nothing more is written
+		const from = (await this.lastInLog(branch)) + 1;
+		for (const e of branch.slice(from)) {
+			if (!this.adopted.has(e.id) && !this.index.entry(e.id)) await this.entry(e, branch);
 		}
+	}
+
+	/**
+	 * lastInLog is the index in branch of the deepest entry the log
+	 * records, -1 for none. The log records one path in order, so the
+	 * entries of branch before it are in the log too (or adopted); read back
+	 * from the head, the first segment that records an entry of branch
+	 * records the deepest.
+	 */
+	private async lastInLog(branch: Entry[]): Promise<number> {
+		do {
+			for (let i = branch.length - 1; i >= 0; i--) if (this.index.entry(branch[i].id)) return i;
+		} while (await this.index.older(this.floor));
+		return -1;
+	}
+
+	/**
+	 * earlier is the event of entry id if it comes before e on branch, as
+	 * the entry a compaction keeps from or an edit changes does; undefined
+	 * otherwise, as pi then keeps or changes nothing.
+	 */
+	private async earlier(id: string, e: Entry, branch: Entry[]): Promise<Mapped | undefined> {
+		const at = branch.indexOf(e);
+		if (at < 0 || !branch.slice(0, at).some((x) => x.id === id)) return undefined;
+		return this.adopted.get(id) ?? (await this.index.locate(id));
 	}
 
 	/** responseStart: pi started streaming an assistant message. */
@@ -250,7 +284,7 @@ export class Recorder {
 		const { seqs, flushed } = added;
 		flushed?.catch(() => {}); // kept and retried by the next flush
 		events.forEach((e, i) => {
-			this.types[seqs[i]] = String(e.type);
+			this.index.note(seqs[i], e);
 		});
 		return seqs[0];
 	}
@@ -276,22 +310,38 @@ export class Recorder {
 		this.streaming = undefined;
 	}
 
-	private firstMessageFrom(seq: number, limit: number): number {
+	private async firstMessageFrom(seq: number, limit: number): Promise<number> {
 		for (; seq < limit; seq++) {
-			const t = this.types[seq];
-			if (MESSAGE_TYPES.has(t) && t !== "response/finish") return seq;
+			const t = await this.index.typeAt(seq);
+			if (t && MESSAGE_TYPES.has(t) && t !== "response/finish") return seq;
 		}
 		return limit;
 	}
 
-	private entry(e: Entry, branch: Entry[]): void {
+	/** firstKeptSeq is where a compaction keeps history from: its own seq when it keeps nothing, as in pi. */
+	private async firstKeptSeq(e: Entry, branch: Entry[]): Promise<number> {
+		const self = this.app.next;
+		const kept = await this.earlier(e.firstKeptEntryId, e, branch);
+		return kept ? this.firstMessageFrom(kept.seq, self) : self;
+	}
+
+	/** contextEdit is the context/edit a context_edit entry is; undefined when pi changes nothing for it either. */
+	private async contextEdit(e: Entry, branch: Entry[]): Promise<Ev | undefined> {
+		const target = await this.earlier(e.targetId, e, branch);
+		const none = e.replacement === undefined || e.replacement === null;
+		if (!target || target.kind === "" || (target.kind === "fixed" && !none)) return undefined;
+		if (none) return { type: "context/edit", targetSeq: target.seq, replacement: null };
+		let replacement = e.replacement;
+		if ((await this.index.typeAt(target.seq)) === "context/message") replacement = { content: textBlocks(replacement?.content) };
+		return { type: "context/edit", targetSeq: target.seq, replacement };
+	}
+
+	private async entry(e: Entry, branch: Entry[]): Promise<void> {
 		const ev: Ev = { time: e.timestamp, piEntry: { id: e.id, parentId: e.parentId } };
-		let kind: Kind = "message";
 		const m = e.type === "message" ? e.message : undefined;
 		const keep = () => {
 			ev.type = `pi/${e.type}`;
 			ev.entry = e;
-			kind = "";
 		};
 		const contextMessage = (origin: string, content: unknown, at: string | undefined) => {
 			ev.type = "context/message";
@@ -331,53 +381,31 @@ export class Recorder {
 			ev.content = m.content ?? "";
 			ev.time = messageTime(m, e.timestamp);
 			for (const k of ["sections", "toolsAdded", "toolsRemoved"]) if (m[k] !== undefined && m[k] !== null) ev[k] = m[k];
-			kind = "fixed";
 		} else if (m?.role === "custom") {
 			contextMessage(`extension:${m.customType}`, textBlocks(m.content), messageTime(m, e.timestamp));
 		} else if (m?.role === "bashExecution" && !m.excludeFromContext) {
 			contextMessage("bash", [{ type: "text", text: bashExecutionText(m) }], messageTime(m, e.timestamp));
-			kind = "fixed";
 		} else if (e.type === "custom_message") {
 			contextMessage(`extension:${e.customType}`, textBlocks(e.content), e.timestamp);
 		} else if (e.type === "branch_summary" && e.summary) {
 			contextMessage("branchSummary", [{ type: "text", text: BRANCH_SUMMARY_PREFIX + e.summary + BRANCH_SUMMARY_SUFFIX }], e.timestamp);
-			kind = "fixed";
 		} else if (e.type === "compaction") {
-			const self = this.app.next;
-			let firstKept = self; // an entry not on the path keeps nothing, as in pi
-			const at = branch.indexOf(e);
-			for (const kept of at >= 0 ? branch.slice(0, at) : []) {
-				const k = this.mapped.get(kept.id);
-				if (kept.id === e.firstKeptEntryId && k) firstKept = this.firstMessageFrom(k.seq, self);
-			}
 			Object.assign(ev, {
 				type: "context/compaction",
 				content: [{ type: "text", text: COMPACTION_PREFIX + e.summary + COMPACTION_SUFFIX }],
-				firstKeptSeq: firstKept,
+				firstKeptSeq: await this.firstKeptSeq(e, branch),
 			});
 			if (e.tokensBefore !== undefined && e.tokensBefore !== null) ev.tokensBefore = e.tokensBefore;
 			if (e.systemMessage !== undefined && e.systemMessage !== null) ev.systemMessage = e.systemMessage;
-			kind = "fixed";
 		} else if (e.type === "context_edit") {
-			const target = this.mapped.get(e.targetId);
-			const none = e.replacement === undefined || e.replacement === null;
-			if (!target || target.kind === "" || (target.kind === "fixed" && !none)) {
-				keep(); // pi changes nothing for it either
-			} else if (none) {
-				Object.assign(ev, { type: "context/edit", targetSeq: target.seq, replacement: null });
-			} else {
-				let replacement = e.replacement;
-				if (this.types[target.seq] === "context/message") replacement = { content: textBlocks(replacement?.content) };
-				Object.assign(ev, { type: "context/edit", targetSeq: target.seq, replacement });
-			}
-			kind = "";
+			const edit = await this.contextEdit(e, branch);
+			if (edit) Object.assign(ev, edit);
+			else keep(); // pi changes nothing for it either
 		} else {
 			keep();
 		}
 		if (this.inTurn) ev.turn = this.turn;
-		const ordered = order(ev);
-		const seq = this.add(ordered);
-		this.mapped.set(e.id, { seq, kind });
+		this.add(order(ev));
 		if (finish) this.add(finish);
 	}
 }
@@ -391,21 +419,6 @@ function order(ev: Ev): Ev {
 	const out: Ev = {};
 	for (const k of ORDER) if (k in ev && ev[k] !== undefined) out[k] = ev[k];
 	return out;
-}
-
-function kindOf(e: LogEvent): Kind {
-	switch (e.type) {
-		case "user/message":
-		case "assistant/message":
-		case "tool/result":
-			return "message";
-		case "context/message":
-			return e.origin === "bash" || e.origin === "branchSummary" ? "fixed" : "message";
-		case "system/message":
-		case "context/compaction":
-			return "fixed";
-	}
-	return "";
 }
 
 function now(): string {

@@ -47,6 +47,27 @@ export interface Store {
 }
 
 /**
+ * withGetHook tells onGet the key of every object read from store: a test
+ * hook that counts what the package reads (TURNLOG_DEBUG_GETS).
+ */
+export function withGetHook(store: Store, onGet: (key: string) => void): Store {
+	return {
+		putIfAbsent: (key, body, metadata) => store.putIfAbsent(key, body, metadata),
+		get: (key) => {
+			onGet(key);
+			return store.get(key);
+		},
+		getBytes: (key) => {
+			onGet(key);
+			return store.getBytes(key);
+		},
+		writer: (key) => store.writer(key),
+		list: (prefix) => store.list(prefix),
+		describe: () => store.describe(),
+	};
+}
+
+/**
  * openStore opens a file:///path URL (the local directory `make dev` and
  * the manager's file store use; see filestore.ts), or an s3:// URL in the
  * form the Go side takes:

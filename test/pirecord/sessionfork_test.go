@@ -38,11 +38,13 @@ func TestForkFromPiIsASessionFork(t *testing.T) {
 	pi.Prompt(second)
 	parentSecond := prov.Requests()[1]
 
+	pi.Call(map[string]any{"type": "prompt", "message": "/turnlog-fork 1"})
+	// The package creates the Session as it opens the log, which pi does
+	// not wait for; the fork waits for all the package has queued.
 	var parent turnlogv1.Session
 	if err := tl.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: "chat-sfork"}, &parent); err != nil {
 		t.Fatalf("the package did not create the Session: %v", err)
 	}
-	pi.Call(map[string]any{"type": "prompt", "message": "/turnlog-fork 1"})
 	if len(pi.Notes) == 0 {
 		t.Fatal("/turnlog-fork said nothing")
 	}
