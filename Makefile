@@ -31,7 +31,7 @@ dev: control-plane manifests build ## Run turnlog locally: cluster, object store
 	exec $(BIN_DIR)/turnlog-dev --state-dir $(CURDIR)/.turnlog-dev --control-plane $(CONTROL_PLANE_DIR) --crds $(CURDIR)/config/crd/bases --admission-policy $(CURDIR)/config/admission/forkedfrom_policy.yaml --turnlog $(BIN_DIR)/turnlog --pi-package $(CURDIR)/pi-turnlog --pi-dir $(CURDIR)/test/pi/1
 
 .PHONY: test
-test: control-plane node-deps browser pi-deps promtool verify-generated vet test-unit test-examples test-e2e test-soak ## Everything CI runs: generated files, vet, unit, envtest and end-to-end suites, a short soak.
+test: control-plane node-deps browser pi-deps promtool helm verify-generated vet test-unit test-examples test-e2e test-soak ## Everything CI runs: generated files, vet, unit, envtest and end-to-end suites, a short soak.
 
 ##@ Building
 
@@ -118,6 +118,16 @@ $(BIN_DIR)/promtool: hack/promtool/go.mod hack/promtool/go.sum
 .PHONY: promtool
 promtool: $(BIN_DIR)/promtool ## Build bin/promtool, pinned in hack/promtool (~1.5 CPU-minutes beside the product's build, ~11 alone).
 
+# helm lints, renders and installs the chart in charts/turnlog
+# (hack/chartgen's tests, part of test-unit, and the end-to-end suite); like
+# promtool it is built before the tests, not beside them. It is pinned in its
+# own module so that its dependencies stay out of go.mod.
+$(BIN_DIR)/helm: hack/helm/go.mod hack/helm/go.sum
+	cd hack/helm && $(GO) build -o $(BIN_DIR)/helm helm.sh/helm/v4/cmd/helm
+
+.PHONY: helm
+helm: $(BIN_DIR)/helm ## Build bin/helm, pinned in hack/helm (~2.5 min cold).
+
 .PHONY: test-rules
 test-rules: promtool ## Check and unit-test the alerting rules in config/prometheus with promtool.
 	$(GO) test ./config/prometheus/ -count=1
@@ -147,7 +157,7 @@ e2e-build: ## Build what test-e2e runs into E2E_BUILD_DIR: turnlog and, for the 
 	$(GO) run ./hack/e2ebuild --out $(E2E_BUILD_DIR) --images=$(if $(filter container,$(E2E_NODE)),true,false)
 
 .PHONY: test-e2e
-test-e2e: control-plane node-deps pi-deps e2e-build ## End-to-end suite: local cluster with a container node, manager, worker pods, kubectl, the real pi (docs/e2e.md).
+test-e2e: control-plane node-deps pi-deps helm e2e-build ## End-to-end suite: local cluster with a container node, manager, worker pods, kubectl, the real pi (docs/e2e.md).
 	E2E_NODE=$(E2E_NODE) E2E_BUILD_DIR=$(E2E_BUILD_DIR) KUBEBUILDER_ASSETS=$(CONTROL_PLANE_DIR) $(GO) test ./test/e2e/... -count=1 -timeout 40m -v
 
 # The soak (test/soak, docs/reliability.md): hosts stream into SESSIONS
@@ -226,6 +236,10 @@ build-installer: manifests ## Write INSTALLER (dist/install.yaml): CRDs, admissi
 	"$$kustomize" build "$$copy"/config/default > $(INSTALLER).tmp; \
 	mv $(INSTALLER).tmp $(INSTALLER); \
 	echo "wrote $(INSTALLER) (image $(IMG))"
+
+.PHONY: chart
+chart: manifests ## Generate the Helm chart in charts/turnlog from config/ (hack/chartgen); its tests fail when it is not up to date.
+	$(GO) run ./hack/chartgen --out charts/turnlog
 
 .PHONY: undeploy
 undeploy: ## Remove what deploy installed (Sessions' objects in storage follow their retention policy).
