@@ -49,14 +49,7 @@ var _ = Describe("the one-file install of the locally built image", func() {
 		Expect(storeLine.Match(data)).To(BeTrue(), "no default store in %s", installer)
 		data = storeLine.ReplaceAll(data, []byte("${1}default "+strings.ReplaceAll(env.storeURL, "$", "$$")))
 		Expect(os.WriteFile(installer, data, 0o644)).To(Succeed())
-		if _, err := tryKubectl("get", "namespace", namespace); err != nil {
-			kubectl("create", "namespace", namespace)
-		}
-		_, err = env.clientset.CoreV1().Secrets(namespace).Create(ctx, &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: workerCredentialsSecret, Namespace: namespace},
-			StringData: env.storeCredentials,
-		}, metav1.CreateOptions{})
-		Expect(err).NotTo(HaveOccurred())
+		createStoreCredentials(ctx, namespace)
 
 		By("leaving the record of a log a deleted Session left behind in the manager's namespace, as a manager that gave up on its store does")
 		const orphanUID, orphanLabel = "00000000-0000-4000-8000-00000000e2e0", "turnlog.dev/orphaned-log"
@@ -83,19 +76,11 @@ var _ = Describe("the one-file install of the locally built image", func() {
 		DeferCleanup(func() {
 			// Gone before the suite's manager is back: never two managers.
 			kubectl("delete", "deployment", managerDeployment, "-n", namespace, "--wait=true")
-			Eventually(func() (string, error) {
-				return tryKubectl("get", "pods", "-n", namespace, "-l", "app.kubernetes.io/component=manager", "-o", "name")
-			}).Should(BeEmpty())
+			expectNoManagerPods(namespace)
 		})
 
 		By("seeing the manager Deployment available, its pod a container in a restricted namespace")
-		Expect(kubectl("get", "namespace", namespace, "-o", `jsonpath={.metadata.labels.pod-security\.kubernetes\.io/enforce}`)).To(Equal("restricted"))
-		Eventually(func() (string, error) {
-			return tryKubectl("rollout", "status", "deployment/"+managerDeployment, "-n", namespace, "--timeout=10s")
-		}).WithTimeout(3 * time.Minute).Should(ContainSubstring("successfully rolled out"))
-		Expect(kubectl("get", "pods", "-n", namespace, "-l", "app.kubernetes.io/component=manager",
-			"-o", `jsonpath={.items[0].spec.containers[0].image} {.items[0].status.containerStatuses[0].ready} {.items[0].status.containerStatuses[0].containerID}`)).
-			To(MatchRegexp(`^` + workerImage + ` true containerd://[0-9a-f]{64}$`))
+		expectManagerContainerRunning(namespace)
 
 		By("seeing the deployed manager's orphan sweep delete that log, and nothing beside it, with the permissions the install gives it")
 		Eventually(func() (string, error) {
@@ -115,21 +100,67 @@ var _ = Describe("the one-file install of the locally built image", func() {
 			return tryKubectl("get", "events", "-n", namespace, "--field-selector", "reason="+turnlogv1.EventOrphanedLogDeleted, "-o", "jsonpath={.items[*].message}")
 		}).Should(Equal("deleted the log Session e2e-orphans/gone left at default:e2e-orphans/gone/" + orphanUID + " (2 objects)"))
 
-		By("importing a Session the deployed manager reconciles")
-		const name, child = "deployed", "deployed-retry"
-		importSample(name)
-		expectSessionShows(name, map[string]string{"HEAD": "22", "TURNS": "4", "DEGRADED": "1"})
-
-		By("forking it: the deployed manager makes the child, and its workers replay it")
-		fork := "apiVersion: turnlog.dev/v1alpha1\nkind: SessionFork\nmetadata:\n  name: " + child +
-			"\nspec:\n  source:\n    name: " + name + "\n  atSeq: \"15.1\"\n"
-		forkFile := filepath.Join(GinkgoT().TempDir(), "fork.yaml")
-		Expect(os.WriteFile(forkFile, []byte(fork), 0o644)).To(Succeed())
-		kubectl("apply", "-f", forkFile)
-		Eventually(jsonpath).WithArguments("sessionfork", child, `{.status.conditions[?(@.type=="Succeeded")].status}`).
-			Should(Equal("True"))
-		Expect(jsonpath("sessionfork", child, "{.status.cutSeq} {.status.childName}")).To(Equal("16 " + child))
-		Expect([]byte(turnlog("export", "--session", child))).To(Equal(sampleLines(readSample(), forkCutLines)))
-		expectSessionShows(child, map[string]string{"HEAD": "16", "TURNS": "3", "LAST END": "aborted"})
+		expectDeployedManagerReconciles("deployed")
 	})
 })
+
+// createStoreCredentials creates the store credentials Secret the manager
+// reads in namespace (config/manager's turnlog-store-credentials), and the
+// namespace if it does not exist yet.
+func createStoreCredentials(ctx SpecContext, namespace string) {
+	GinkgoHelper()
+	if _, err := tryKubectl("get", "namespace", namespace); err != nil {
+		kubectl("create", "namespace", namespace)
+	}
+	_, err := env.clientset.CoreV1().Secrets(namespace).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: workerCredentialsSecret, Namespace: namespace},
+		StringData: env.storeCredentials,
+	}, metav1.CreateOptions{})
+	Expect(err).NotTo(HaveOccurred())
+}
+
+// expectManagerContainerRunning waits until the manager Deployment in
+// namespace has rolled out, its pod a ready container of the suite's image
+// in a namespace that enforces the restricted Pod Security Standard.
+func expectManagerContainerRunning(namespace string) {
+	GinkgoHelper()
+	Expect(kubectl("get", "namespace", namespace, "-o", `jsonpath={.metadata.labels.pod-security\.kubernetes\.io/enforce}`)).To(Equal("restricted"))
+	Eventually(func() (string, error) {
+		return tryKubectl("rollout", "status", "deployment/"+managerDeployment, "-n", namespace, "--timeout=10s")
+	}).WithTimeout(3 * time.Minute).Should(ContainSubstring("successfully rolled out"))
+	Expect(kubectl("get", "pods", "-n", namespace, "-l", "app.kubernetes.io/component=manager",
+		"-o", `jsonpath={.items[0].spec.containers[0].image} {.items[0].status.containerStatuses[0].ready} {.items[0].status.containerStatuses[0].containerID}`)).
+		To(MatchRegexp(`^` + workerImage + ` true containerd://[0-9a-f]{64}$`))
+}
+
+// expectNoManagerPods waits until no manager pod is left in namespace, so
+// that the suite's manager never runs beside a deployed one.
+func expectNoManagerPods(namespace string) {
+	GinkgoHelper()
+	Eventually(func() (string, error) {
+		return tryKubectl("get", "pods", "-n", namespace, "-l", "app.kubernetes.io/component=manager", "-o", "name")
+	}).Should(BeEmpty())
+}
+
+// expectDeployedManagerReconciles imports the sample as Session name and
+// forks it: the deployed manager reconciles both, its workers replaying
+// the child.
+func expectDeployedManagerReconciles(name string) {
+	GinkgoHelper()
+	child := name + "-retry"
+	By("importing a Session the deployed manager reconciles")
+	importSample(name)
+	expectSessionShows(name, map[string]string{"HEAD": "22", "TURNS": "4", "DEGRADED": "1"})
+
+	By("forking it: the deployed manager makes the child, and its workers replay it")
+	fork := "apiVersion: turnlog.dev/v1alpha1\nkind: SessionFork\nmetadata:\n  name: " + child +
+		"\nspec:\n  source:\n    name: " + name + "\n  atSeq: \"15.1\"\n"
+	forkFile := filepath.Join(GinkgoT().TempDir(), "fork.yaml")
+	Expect(os.WriteFile(forkFile, []byte(fork), 0o644)).To(Succeed())
+	kubectl("apply", "-f", forkFile)
+	Eventually(jsonpath).WithArguments("sessionfork", child, `{.status.conditions[?(@.type=="Succeeded")].status}`).
+		Should(Equal("True"))
+	Expect(jsonpath("sessionfork", child, "{.status.cutSeq} {.status.childName}")).To(Equal("16 " + child))
+	Expect([]byte(turnlog("export", "--session", child))).To(Equal(sampleLines(readSample(), forkCutLines)))
+	expectSessionShows(child, map[string]string{"HEAD": "16", "TURNS": "3", "LAST END": "aborted"})
+}
