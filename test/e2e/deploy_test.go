@@ -11,6 +11,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
@@ -106,7 +107,8 @@ var _ = Describe("the one-file install of the locally built image", func() {
 
 // createStoreCredentials creates the store credentials Secret the manager
 // reads in namespace (config/manager's turnlog-store-credentials), and the
-// namespace if it does not exist yet.
+// namespace if it does not exist yet. A Secret an earlier install left
+// there holds the same keys.
 func createStoreCredentials(ctx SpecContext, namespace string) {
 	GinkgoHelper()
 	if _, err := tryKubectl("get", "namespace", namespace); err != nil {
@@ -116,7 +118,9 @@ func createStoreCredentials(ctx SpecContext, namespace string) {
 		ObjectMeta: metav1.ObjectMeta{Name: workerCredentialsSecret, Namespace: namespace},
 		StringData: env.storeCredentials,
 	}, metav1.CreateOptions{})
-	Expect(err).NotTo(HaveOccurred())
+	if !apierrors.IsAlreadyExists(err) {
+		Expect(err).NotTo(HaveOccurred())
+	}
 }
 
 // expectManagerContainerRunning waits until the manager Deployment in
