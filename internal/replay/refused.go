@@ -1,0 +1,359 @@
+package replay
+
+// Refused replay state: Anthropic binds a thinking block's signature to the
+// model and to the conversation prefix it was produced under, and with
+// thinking.block_binding.prefix_mismatch_behavior "drop_block" (what pi-ai
+// 1.6 sends to models with managed effort) it drops a block that no longer
+// matches and reports it in the response's input_transformations, by the
+// block's path in the request: messages.{i}.content.{j}. pi-ai records
+// that report on the assistant message the response produced (diagnostics,
+// type anthropic_input_transformations) and keeps the blocks. This file
+// reads the report and maps each path back to the transcript message and
+// block it refused, by pi-ai's request building for anthropic-messages
+// (buildParams, convertMessages, insertThinkingLevelMessages).
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/turnlog/turnlog/internal/turnlog"
+)
+
+// CodeReplayStateRefused is the diagnostic of a block the provider refused:
+// Seq is the refused message's seq, Cause the provider's reason.
+const CodeReplayStateRefused = "REPLAY_STATE_REFUSED"
+
+// CodeRefusalUnmapped is the diagnostic of a refusal whose path replay
+// could not map to a transcript block: Seq is the seq of the response that
+// reported it, Cause CauseUnmapped.
+const CodeRefusalUnmapped = "REPLAY_STATE_REFUSAL_UNMAPPED"
+
+// CauseUnmapped is the cause of a CodeRefusalUnmapped diagnostic.
+const CauseUnmapped Cause = "unmapped"
+
+// DiagnosticInputTransformations is the type of the assistant-message
+// diagnostic in which pi-ai records Anthropic's input_transformations.
+const DiagnosticInputTransformations = "anthropic_input_transformations"
+
+// TransformationDropped is the input transformation of a block the provider
+// removed from the request. thinking_mismatch_allowed, a block that failed a
+// binding check and was shown to the model all the same, refuses nothing.
+const TransformationDropped = "thinking_dropped"
+
+// Transformation is one entry of a recorded input_transformations report.
+type Transformation struct {
+	Type   string `json:"type"`
+	Path   string `json:"path"`
+	Reason string `json:"reason"`
+}
+
+// RecordedTransformations returns the input transformations pi-ai recorded
+// on an assistant message (its diagnostics of type
+// anthropic_input_transformations), in order; nil if there are none or the
+// member is not what pi-ai writes.
+func RecordedTransformations(m *turnlog.AssistantMessage) []Transformation {
+	raw, ok := m.Extra["diagnostics"]
+	if !ok {
+		return nil
+	}
+	var diags []struct {
+		Type    string `json:"type"`
+		Details struct {
+			Transformations []Transformation `json:"transformations"`
+		} `json:"details"`
+	}
+	if json.Unmarshal(raw, &diags) != nil {
+		return nil
+	}
+	var out []Transformation
+	for _, d := range diags {
+		if d.Type == DiagnosticInputTransformations {
+			out = append(out, d.Details.Transformations...)
+		}
+	}
+	return out
+}
+
+// AnthropicLayout are the options of pi-ai's anthropic-messages request
+// building that move messages and blocks in the request.
+type AnthropicLayout struct {
+	// MidConvoSystem: the model takes system messages mid-conversation
+	// (compat.supportsMidConvoSystemMessages). Without it every system
+	// message is collapsed into the request's system prompt.
+	MidConvoSystem bool
+	// ToolChanges: the model takes tool_addition and tool_removal blocks
+	// (compat.supportsMidConvoToolChanges); they are sent when the leading
+	// system message adds tools.
+	ToolChanges bool
+	// EffortProvider, when not empty, is the provider of a model with
+	// managed effort (compat.supportsMidConvoEffort, thinking not
+	// disabled): an effort system message goes before each assistant
+	// message of that provider on anthropic-messages with a known
+	// providerThinkingLevel, and one at the end.
+	EffortProvider string
+}
+
+// LayoutOf is the layout of the request that produced m, as far as the
+// message tells: pi-ai sets providerThinkingLevel on a message exactly
+// when its request carried effort messages, and pi-ai's catalog gives
+// every model with managed effort mid-conversation system messages and
+// tool changes. A message without it is read with the collapsed layout,
+// which is that of every catalog model without managed effort but
+// claude-opus-4-8 and claude-fable-5; those send no block_binding, so
+// their providers drop no blocks.
+func LayoutOf(m *turnlog.AssistantMessage) AnthropicLayout {
+	var level string
+	if raw, ok := m.Extra["providerThinkingLevel"]; ok && json.Unmarshal(raw, &level) == nil && level != "" {
+		return AnthropicLayout{MidConvoSystem: true, ToolChanges: true, EffortProvider: m.Provider}
+	}
+	return AnthropicLayout{}
+}
+
+// BlockRef is a block of a transcript message: its Seq and the index of
+// the block in its content.
+type BlockRef struct {
+	Seq   int64 `json:"seq"`
+	Block int   `json:"block"`
+}
+
+// RequestLayout is where the blocks of a transcript's assistant messages
+// are in the anthropic-messages request pi-ai builds from the transcript:
+// for each request message, the transcript block each of its content
+// blocks comes from (nil entries: a block of no assistant message, nil
+// messages: a message that is not an assistant's).
+type RequestLayout [][]*BlockRef
+
+// Locate maps a path of the request (messages.{i}.content.{j}) to the
+// assistant block it names, or says why it cannot.
+func (l RequestLayout) Locate(path string) (BlockRef, error) {
+	rest, ok := strings.CutPrefix(path, "messages.")
+	is, js, ok2 := strings.Cut(rest, ".content.")
+	if !ok || !ok2 {
+		return BlockRef{}, fmt.Errorf("path %q is not messages.{i}.content.{j}", path)
+	}
+	i, err1 := strconv.Atoi(is)
+	j, err2 := strconv.Atoi(js)
+	if err1 != nil || err2 != nil || i < 0 || j < 0 {
+		return BlockRef{}, fmt.Errorf("path %q is not messages.{i}.content.{j}", path)
+	}
+	if i >= len(l) {
+		return BlockRef{}, fmt.Errorf("path %q: the request held %d messages", path, len(l))
+	}
+	if l[i] == nil {
+		return BlockRef{}, fmt.Errorf("path %q: request message %d is not an assistant message", path, i)
+	}
+	if j >= len(l[i]) {
+		return BlockRef{}, fmt.Errorf("path %q: request message %d held %d blocks", path, i, len(l[i]))
+	}
+	return *l[i][j], nil
+}
+
+// layoutMessage is what request building reads of a transcript message.
+type layoutMessage struct {
+	Role                  string             `json:"role"`
+	Content               json.RawMessage    `json:"content"`
+	Sections              map[string]*string `json:"sections"`
+	ToolsAdded            []layoutTool       `json:"toolsAdded"`
+	ToolsRemoved          []layoutTool       `json:"toolsRemoved"`
+	API                   string             `json:"api"`
+	Provider              string             `json:"provider"`
+	ProviderThinkingLevel any                `json:"providerThinkingLevel"`
+}
+
+type layoutTool struct {
+	Name string `json:"name"`
+}
+
+type layoutBlock struct {
+	Type              string `json:"type"`
+	Text              string `json:"text"`
+	Thinking          string `json:"thinking"`
+	ThinkingSignature string `json:"thinkingSignature"`
+	Redacted          bool   `json:"redacted"`
+}
+
+// BuildAnthropicLayout lays out the request pi-ai 1.x's anthropic-messages
+// provider builds from a transcript (replay's messages for an
+// anthropic-messages target), as buildParams does: the leading system
+// message goes to the request's system prompt, later ones (with
+// MidConvoSystem) wait for the next assistant message that converts to
+// blocks, user messages with only blank text are left out, consecutive
+// tool results become one user message, assistant messages keep their
+// blocks but blank text and blank unsigned thinking (a message left with
+// none is left out), and with managed effort the effort system messages
+// are inserted. Message threads (a continued thread sends only the
+// messages after the thread's prefix) are not laid out.
+func BuildAnthropicLayout(msgs []Message, opts AnthropicLayout) (RequestLayout, error) {
+	decoded := make([]layoutMessage, len(msgs))
+	for i, m := range msgs {
+		if err := json.Unmarshal(m.Message, &decoded[i]); err != nil {
+			return nil, fmt.Errorf("transcript message %d (seq %d): %w", i, m.Seq, err)
+		}
+	}
+	// resolveTranscript and getInitialSystemMessage: without mid-
+	// conversation system messages, every system message is folded into
+	// the leading one; either way the leading one is the system prompt.
+	type item struct {
+		seq int64
+		m   *layoutMessage
+	}
+	var conv []item
+	nativeTools := false
+	for i := range decoded {
+		m := &decoded[i]
+		if m.Role == "system" && (!opts.MidConvoSystem || i == 0) {
+			if i == 0 {
+				nativeTools = opts.MidConvoSystem && opts.ToolChanges && len(m.ToolsAdded) > 0
+			}
+			continue
+		}
+		conv = append(conv, item{msgs[i].Seq, m})
+	}
+
+	var out RequestLayout
+	var levels []bool // per request message: an assistant message with an effort marker
+	pending := 0
+	flush := func() {
+		for range pending {
+			out = append(out, nil)
+			levels = append(levels, false)
+		}
+		pending = 0
+	}
+	for i := 0; i < len(conv); i++ {
+		m := conv[i].m
+		switch m.Role {
+		case "system":
+			if systemUpdateSent(m, nativeTools) {
+				pending++
+			}
+		case "user":
+			if userSent(m.Content) {
+				out = append(out, nil)
+				levels = append(levels, false)
+			}
+		case "assistant":
+			var blocks []layoutBlock
+			if string(m.Content) != "null" {
+				if err := json.Unmarshal(m.Content, &blocks); err != nil {
+					return nil, fmt.Errorf("assistant message at seq %d: %w", conv[i].seq, err)
+				}
+			}
+			var refs []*BlockRef
+			for j, b := range blocks {
+				switch b.Type {
+				case turnlog.BlockText:
+					if blank(b.Text) {
+						continue
+					}
+				case turnlog.BlockThinking:
+					if !b.Redacted && blank(b.Thinking) && blank(b.ThinkingSignature) {
+						continue
+					}
+				case turnlog.BlockToolCall:
+				default:
+					continue
+				}
+				refs = append(refs, &BlockRef{Seq: conv[i].seq, Block: j})
+			}
+			if len(refs) == 0 {
+				continue
+			}
+			flush()
+			out = append(out, refs)
+			levels = append(levels, opts.EffortProvider != "" && m.API == "anthropic-messages" &&
+				m.Provider == opts.EffortProvider && anthropicEffort(m.ProviderThinkingLevel))
+		case "toolResult":
+			for i+1 < len(conv) && conv[i+1].m.Role == "toolResult" {
+				i++
+			}
+			out = append(out, nil)
+			levels = append(levels, false)
+		}
+	}
+	flush()
+	if opts.EffortProvider == "" {
+		return out, nil
+	}
+	withEffort := make(RequestLayout, 0, len(out)+1)
+	for i, refs := range out {
+		if levels[i] {
+			withEffort = append(withEffort, nil)
+		}
+		withEffort = append(withEffort, refs)
+	}
+	return append(withEffort, nil), nil
+}
+
+// systemUpdateSent reports whether a later system message converts to a
+// request message: it renders to text (content or sections) or, with
+// native tool changes, changes tools.
+func systemUpdateSent(m *layoutMessage, nativeTools bool) bool {
+	if len(m.Sections) > 0 || contentText(m.Content) != "" {
+		return true
+	}
+	if !nativeTools {
+		return false
+	}
+	if len(m.ToolsAdded) > 0 {
+		return true
+	}
+	for _, r := range m.ToolsRemoved {
+		redefined := false
+		for _, a := range m.ToolsAdded {
+			redefined = redefined || a.Name == r.Name
+		}
+		if !redefined {
+			return true
+		}
+	}
+	return false
+}
+
+// contentText is pi-ai's contentText: a string, or the text blocks joined.
+func contentText(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	var blocks []layoutBlock
+	if json.Unmarshal(raw, &blocks) != nil {
+		return ""
+	}
+	var texts []string
+	for _, b := range blocks {
+		if b.Type == turnlog.BlockText {
+			texts = append(texts, b.Text)
+		}
+	}
+	return strings.Join(texts, "\n")
+}
+
+// userSent reports whether a user message converts to a request message:
+// a string that is not blank, or a block that is not blank text.
+func userSent(raw json.RawMessage) bool {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return !blank(s)
+	}
+	var blocks []layoutBlock
+	if json.Unmarshal(raw, &blocks) != nil {
+		return false
+	}
+	for _, b := range blocks {
+		if b.Type != turnlog.BlockText || !blank(b.Text) {
+			return true
+		}
+	}
+	return false
+}
+
+func anthropicEffort(v any) bool {
+	switch v {
+	case "low", "medium", "high", "xhigh", "max":
+		return true
+	}
+	return false
+}
