@@ -15,6 +15,7 @@ package replay
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -32,6 +33,22 @@ const CodeRefusalUnmapped = "REPLAY_STATE_REFUSAL_UNMAPPED"
 
 // CauseUnmapped is the cause of a CodeRefusalUnmapped diagnostic.
 const CauseUnmapped Cause = "unmapped"
+
+// RefusalReasons are the reasons Anthropic gives for a dropped block; a
+// CodeReplayStateRefused diagnostic's Cause is one of them, or
+// CauseOtherReason for a reason not known here (its Message names it).
+var RefusalReasons = []Cause{"prefix_binding_mismatch", "model_binding_mismatch", "organization_binding_mismatch", "end_user_binding_mismatch"}
+
+// CauseOtherReason is the Cause of a refusal for a reason not in
+// RefusalReasons.
+const CauseOtherReason Cause = "other"
+
+func refusalCause(reason string) Cause {
+	if slices.Contains(RefusalReasons, Cause(reason)) {
+		return Cause(reason)
+	}
+	return CauseOtherReason
+}
 
 // DiagnosticInputTransformations is the type of the assistant-message
 // diagnostic in which pi-ai records Anthropic's input_transformations.
@@ -356,4 +373,110 @@ func anthropicEffort(v any) bool {
 		return true
 	}
 	return false
+}
+
+// Refusal is a block the provider refused, by the provider's reason.
+type Refusal struct {
+	BlockRef
+	Reason string `json:"reason"`
+}
+
+// maxRefusalsKept caps the refusals a replay remembers (ContextState.Refused)
+// so that one reported again by a later response is not reported twice; past
+// it the oldest are forgotten and may be reported again.
+const maxRefusalsKept = 100
+
+// readRefusals reports the blocks the provider refused in the request that
+// produced m, the assistant message at seq, read from the report pi-ai
+// recorded on m and mapped by the transcript so far (the messages before
+// m). Only a message of the target's model on anthropic-messages is read:
+// the transcript is the one its request was built from. A refusal already
+// reported is not reported again.
+func (b *Builder) readRefusals(seq int64, m *turnlog.AssistantMessage) {
+	if m.API != "anthropic-messages" || !m.Adapter().SameModel(b.target) || b.target.Line() == turnlog.ReleaseLine073 {
+		return
+	}
+	transformations := RecordedTransformations(m)
+	var dropped []Transformation
+	for _, t := range transformations {
+		if t.Type == TransformationDropped {
+			dropped = append(dropped, t)
+		}
+	}
+	if len(dropped) == 0 {
+		return
+	}
+	unmapped := func(t Transformation, why string) {
+		b.diagnose(Diagnostic{Code: CodeRefusalUnmapped, Seq: seq, Cause: CauseUnmapped,
+			Message: fmt.Sprintf("the response at seq %d reports a block at %s dropped by %s (%s); it is not mapped: %s", seq, t.Path, m.Provider, t.Reason, why)})
+	}
+	transcript, err := b.transcriptSoFar()
+	if err != nil {
+		for _, t := range dropped {
+			unmapped(t, err.Error())
+		}
+		return
+	}
+	layout, err := BuildAnthropicLayout(transcript, LayoutOf(m))
+	for _, t := range dropped {
+		if err != nil {
+			unmapped(t, err.Error())
+			continue
+		}
+		ref, lerr := layout.Locate(t.Path)
+		if lerr == nil {
+			lerr = thinkingAt(transcript, ref)
+		}
+		if lerr != nil {
+			unmapped(t, lerr.Error())
+			continue
+		}
+		r := Refusal{BlockRef: ref, Reason: t.Reason}
+		if slices.Contains(b.ctx.Refused, r) {
+			continue
+		}
+		b.ctx.Refused = append(b.ctx.Refused, r)
+		if len(b.ctx.Refused) > maxRefusalsKept {
+			b.ctx.Refused = slices.Delete(b.ctx.Refused, 0, len(b.ctx.Refused)-maxRefusalsKept)
+		}
+		b.diagnose(Diagnostic{Code: CodeReplayStateRefused, Seq: ref.Seq, Cause: refusalCause(t.Reason),
+			Message: fmt.Sprintf("thinking block %d of seq %d refused by %s (%s): dropped from the request at %s, reported by the response at seq %d",
+				ref.Block, ref.Seq, m.Provider, t.Reason, t.Path, seq)})
+	}
+}
+
+// thinkingAt checks that ref names a thinking block of an assistant message
+// of the transcript: what Anthropic drops. A path that lands elsewhere was
+// not laid out as the provider's request was (a continued message thread
+// sends only the messages after its prefix).
+func thinkingAt(transcript []Message, ref BlockRef) error {
+	for _, m := range transcript {
+		if m.Seq != ref.Seq || m.Role != "assistant" {
+			continue
+		}
+		var msg layoutMessage
+		var blocks []layoutBlock
+		if json.Unmarshal(m.Message, &msg) != nil || json.Unmarshal(msg.Content, &blocks) != nil || ref.Block >= len(blocks) {
+			break
+		}
+		if blocks[ref.Block].Type != turnlog.BlockThinking {
+			return fmt.Errorf("the path names block %d of seq %d, a %s block", ref.Block, ref.Seq, blocks[ref.Block].Type)
+		}
+		return nil
+	}
+	return fmt.Errorf("the path names block %d of seq %d, which the transcript does not hold", ref.Block, ref.Seq)
+}
+
+// transcriptSoFar is the whole transcript the builder holds: for a replay
+// resumed at a turn boundary, the stored transcript (Options.Prior, read
+// once) before this replay's messages.
+func (b *Builder) transcriptSoFar() ([]Message, error) {
+	if !b.resumed {
+		return b.result.Messages, nil
+	}
+	prior, err := b.priorMessages()
+	if err != nil {
+		return nil, err
+	}
+	return slices.Concat(prior, b.result.Messages), nil
 }
