@@ -408,7 +408,7 @@ func (b *Builder) readRefusals(seq int64, m *turnlog.AssistantMessage) {
 	}
 	unmapped := func(t Transformation, why string) {
 		b.diagnose(Diagnostic{Code: CodeRefusalUnmapped, Seq: seq, Cause: CauseUnmapped,
-			Message: fmt.Sprintf("the response at seq %d reports a block at %s dropped by %s (%s); it is not mapped: %s", seq, t.Path, m.Provider, t.Reason, why)})
+			Message: fmt.Sprintf("%s dropped by %s (%s), reported at seq %d, not mapped: %s", t.Path, m.Provider, t.Reason, seq, why)})
 	}
 	transcript, err := b.transcriptSoFar()
 	if err != nil {
@@ -440,7 +440,7 @@ func (b *Builder) readRefusals(seq int64, m *turnlog.AssistantMessage) {
 			b.ctx.Refused = slices.Delete(b.ctx.Refused, 0, len(b.ctx.Refused)-maxRefusalsKept)
 		}
 		b.diagnose(Diagnostic{Code: CodeReplayStateRefused, Seq: ref.Seq, Cause: refusalCause(t.Reason),
-			Message: fmt.Sprintf("thinking block %d of seq %d refused by %s (%s): dropped from the request at %s, reported by the response at seq %d",
+			Message: fmt.Sprintf("thinking block %d of seq %d refused by %s (%s): dropped at %s, reported at seq %d",
 				ref.Block, ref.Seq, m.Provider, t.Reason, t.Path, seq)})
 	}
 }

@@ -100,7 +100,7 @@ func TestRefusalMessageNamesBlockReasonProviderPathAndResponse(t *testing.T) {
 	if len(diags) != 1 {
 		t.Fatalf("diagnostics %+v, want one", diags)
 	}
-	for _, want := range []string{"block 0 of seq 3", "anthropic", "prefix_binding_mismatch", "messages.1.content.0", "response at seq 7"} {
+	for _, want := range []string{"block 0 of seq 3", "anthropic", "prefix_binding_mismatch", "messages.1.content.0", "reported at seq 7"} {
 		if !strings.Contains(diags[0].Message, want) {
 			t.Errorf("message %q does not name %q", diags[0].Message, want)
 		}
