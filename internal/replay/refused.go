@@ -167,18 +167,6 @@ func (l RequestLayout) Locate(path string) (BlockRef, error) {
 	return *l[i][j], nil
 }
 
-// layoutMessage is what request building reads of a transcript message.
-type layoutMessage struct {
-	Role                  string             `json:"role"`
-	Content               json.RawMessage    `json:"content"`
-	Sections              map[string]*string `json:"sections"`
-	ToolsAdded            []layoutTool       `json:"toolsAdded"`
-	ToolsRemoved          []layoutTool       `json:"toolsRemoved"`
-	API                   string             `json:"api"`
-	Provider              string             `json:"provider"`
-	ProviderThinkingLevel any                `json:"providerThinkingLevel"`
-}
-
 type layoutTool struct {
 	Name string `json:"name"`
 }
@@ -203,96 +191,167 @@ type layoutBlock struct {
 // are inserted. Message threads (a continued thread sends only the
 // messages after the thread's prefix) are not laid out.
 func BuildAnthropicLayout(msgs []Message, opts AnthropicLayout) (RequestLayout, error) {
-	decoded := make([]layoutMessage, len(msgs))
-	for i, m := range msgs {
-		if err := json.Unmarshal(m.Message, &decoded[i]); err != nil {
-			return nil, fmt.Errorf("transcript message %d (seq %d): %w", i, m.Seq, err)
-		}
+	var c layoutCache
+	entries, err := c.entries(msgs)
+	if err != nil {
+		return nil, err
 	}
+	return layoutOf(entries, opts), nil
+}
+
+// layoutEntry is what request building reads of one transcript message.
+type layoutEntry struct {
+	key  *byte // the first byte of the message's JSON: its identity
+	seq  int64
+	role string
+	// system messages: whether it renders to text, whether it changes
+	// tools when tool changes are native, whether it adds tools.
+	text, toolChanges, addsTools bool
+	// user messages: whether it converts to a request message.
+	sent bool
+	// assistant messages: the blocks sent, which blocks are thinking, and
+	// the source and effort that place an effort message before it.
+	blocks        []int
+	thinking      []bool
+	api, provider string
+	effort        bool
+}
+
+// layoutCache holds the layout entries of a transcript's messages, so that
+// a transcript that only grew since the last layout is decoded only where
+// it grew: pi-ai keeps sending refused blocks, so every later response may
+// report them again.
+type layoutCache []layoutEntry
+
+// entries returns the entries of msgs, decoding the messages that are not
+// the ones the cache holds at their place.
+func (c *layoutCache) entries(msgs []Message) ([]layoutEntry, error) {
+	keep := 0
+	for keep < len(*c) && keep < len(msgs) && (*c)[keep].key == messageKey(msgs[keep]) {
+		keep++
+	}
+	*c = (*c)[:keep]
+	for i := keep; i < len(msgs); i++ {
+		e, err := describe(msgs[i])
+		if err != nil {
+			return nil, fmt.Errorf("transcript message %d (seq %d): %w", i, msgs[i].Seq, err)
+		}
+		*c = append(*c, e)
+	}
+	return *c, nil
+}
+
+// messageKey identifies a message by its JSON's first byte: replay encodes
+// every message it changes anew.
+func messageKey(m Message) *byte {
+	if len(m.Message) == 0 {
+		return nil
+	}
+	return &m.Message[0]
+}
+
+// describe decodes what request building reads of a message.
+func describe(m Message) (layoutEntry, error) {
+	var msg struct {
+		Role                  string             `json:"role"`
+		Content               json.RawMessage    `json:"content"`
+		Sections              map[string]*string `json:"sections"`
+		ToolsAdded            []layoutTool       `json:"toolsAdded"`
+		ToolsRemoved          []layoutTool       `json:"toolsRemoved"`
+		API                   string             `json:"api"`
+		Provider              string             `json:"provider"`
+		ProviderThinkingLevel any                `json:"providerThinkingLevel"`
+	}
+	if err := json.Unmarshal(m.Message, &msg); err != nil {
+		return layoutEntry{}, err
+	}
+	e := layoutEntry{key: messageKey(m), seq: m.Seq, role: msg.Role}
+	switch msg.Role {
+	case "system":
+		e.text = len(msg.Sections) > 0 || contentText(msg.Content) != ""
+		e.toolChanges = toolChanges(msg.ToolsAdded, msg.ToolsRemoved)
+		e.addsTools = len(msg.ToolsAdded) > 0
+	case "user":
+		e.sent = userSent(msg.Content)
+	case "assistant":
+		var blocks []layoutBlock
+		if len(msg.Content) > 0 && string(msg.Content) != "null" {
+			if err := json.Unmarshal(msg.Content, &blocks); err != nil {
+				return layoutEntry{}, err
+			}
+		}
+		e.thinking = make([]bool, len(blocks))
+		for j, b := range blocks {
+			e.thinking[j] = b.Type == turnlog.BlockThinking
+			switch b.Type {
+			case turnlog.BlockText:
+				if blank(b.Text) {
+					continue
+				}
+			case turnlog.BlockThinking:
+				if !b.Redacted && blank(b.Thinking) && blank(b.ThinkingSignature) {
+					continue
+				}
+			case turnlog.BlockToolCall:
+			default:
+				continue
+			}
+			e.blocks = append(e.blocks, j)
+		}
+		e.api, e.provider, e.effort = msg.API, msg.Provider, anthropicEffort(msg.ProviderThinkingLevel)
+	}
+	return e, nil
+}
+
+// layoutOf lays out the request built from the transcript's entries.
+func layoutOf(entries []layoutEntry, opts AnthropicLayout) RequestLayout {
 	// resolveTranscript and getInitialSystemMessage: without mid-
 	// conversation system messages, every system message is folded into
 	// the leading one; either way the leading one is the system prompt.
-	type item struct {
-		seq int64
-		m   *layoutMessage
-	}
-	var conv []item
-	nativeTools := false
-	for i := range decoded {
-		m := &decoded[i]
-		if m.Role == "system" && (!opts.MidConvoSystem || i == 0) {
-			if i == 0 {
-				nativeTools = opts.MidConvoSystem && opts.ToolChanges && len(m.ToolsAdded) > 0
-			}
-			continue
-		}
-		conv = append(conv, item{msgs[i].Seq, m})
-	}
-
+	nativeTools := len(entries) > 0 && entries[0].role == "system" &&
+		opts.MidConvoSystem && opts.ToolChanges && entries[0].addsTools
 	var out RequestLayout
 	var levels []bool // per request message: an assistant message with an effort marker
 	pending := 0
-	flush := func() {
-		for range pending {
-			out = append(out, nil)
-			levels = append(levels, false)
-		}
-		pending = 0
+	push := func(refs []*BlockRef, level bool) {
+		out = append(out, refs)
+		levels = append(levels, level)
 	}
-	for i := 0; i < len(conv); i++ {
-		m := conv[i].m
-		switch m.Role {
+	for i := 0; i < len(entries); i++ {
+		e := &entries[i]
+		switch e.role {
 		case "system":
-			if systemUpdateSent(m, nativeTools) {
+			if i > 0 && opts.MidConvoSystem && (e.text || nativeTools && e.toolChanges) {
 				pending++
 			}
 		case "user":
-			if userSent(m.Content) {
-				out = append(out, nil)
-				levels = append(levels, false)
+			if e.sent {
+				push(nil, false)
 			}
 		case "assistant":
-			var blocks []layoutBlock
-			if string(m.Content) != "null" {
-				if err := json.Unmarshal(m.Content, &blocks); err != nil {
-					return nil, fmt.Errorf("assistant message at seq %d: %w", conv[i].seq, err)
-				}
-			}
-			var refs []*BlockRef
-			for j, b := range blocks {
-				switch b.Type {
-				case turnlog.BlockText:
-					if blank(b.Text) {
-						continue
-					}
-				case turnlog.BlockThinking:
-					if !b.Redacted && blank(b.Thinking) && blank(b.ThinkingSignature) {
-						continue
-					}
-				case turnlog.BlockToolCall:
-				default:
-					continue
-				}
-				refs = append(refs, &BlockRef{Seq: conv[i].seq, Block: j})
-			}
-			if len(refs) == 0 {
+			if len(e.blocks) == 0 {
 				continue
 			}
-			flush()
-			out = append(out, refs)
-			levels = append(levels, opts.EffortProvider != "" && m.API == "anthropic-messages" &&
-				m.Provider == opts.EffortProvider && anthropicEffort(m.ProviderThinkingLevel))
+			for ; pending > 0; pending-- {
+				push(nil, false)
+			}
+			refs := make([]*BlockRef, len(e.blocks))
+			for k, j := range e.blocks {
+				refs[k] = &BlockRef{Seq: e.seq, Block: j}
+			}
+			push(refs, opts.EffortProvider != "" && e.api == "anthropic-messages" && e.provider == opts.EffortProvider && e.effort)
 		case "toolResult":
-			for i+1 < len(conv) && conv[i+1].m.Role == "toolResult" {
+			for i+1 < len(entries) && entries[i+1].role == "toolResult" {
 				i++
 			}
-			out = append(out, nil)
-			levels = append(levels, false)
+			push(nil, false)
 		}
 	}
-	flush()
+	for ; pending > 0; pending-- {
+		push(nil, false)
+	}
 	if opts.EffortProvider == "" {
-		return out, nil
+		return out
 	}
 	withEffort := make(RequestLayout, 0, len(out)+1)
 	for i, refs := range out {
@@ -301,32 +360,17 @@ func BuildAnthropicLayout(msgs []Message, opts AnthropicLayout) (RequestLayout, 
 		}
 		withEffort = append(withEffort, refs)
 	}
-	return append(withEffort, nil), nil
+	return append(withEffort, nil)
 }
 
-// systemUpdateSent reports whether a later system message converts to a
-// request message: it renders to text (content or sections) or, with
-// native tool changes, changes tools.
-func systemUpdateSent(m *layoutMessage, nativeTools bool) bool {
-	if len(m.Sections) > 0 || contentText(m.Content) != "" {
+// toolChanges reports whether a system message's tool changes convert to
+// blocks when tool changes are native: an addition, or a removal of a tool
+// it does not define again.
+func toolChanges(added, removed []layoutTool) bool {
+	if len(added) > 0 {
 		return true
 	}
-	if !nativeTools {
-		return false
-	}
-	if len(m.ToolsAdded) > 0 {
-		return true
-	}
-	for _, r := range m.ToolsRemoved {
-		redefined := false
-		for _, a := range m.ToolsAdded {
-			redefined = redefined || a.Name == r.Name
-		}
-		if !redefined {
-			return true
-		}
-	}
-	return false
+	return len(removed) > 0
 }
 
 // contentText is pi-ai's contentText: a string, or the text blocks joined.
@@ -417,7 +461,8 @@ func (b *Builder) readRefusals(seq int64, m *turnlog.AssistantMessage) {
 		}
 		return
 	}
-	layout, err := BuildAnthropicLayout(transcript, LayoutOf(m))
+	entries, err := b.layouts.entries(transcript)
+	layout := layoutOf(entries, LayoutOf(m))
 	for _, t := range dropped {
 		if err != nil {
 			unmapped(t, err.Error())
@@ -425,7 +470,7 @@ func (b *Builder) readRefusals(seq int64, m *turnlog.AssistantMessage) {
 		}
 		ref, lerr := layout.Locate(t.Path)
 		if lerr == nil {
-			lerr = thinkingAt(transcript, ref)
+			lerr = thinkingAt(entries, ref)
 		}
 		if lerr != nil {
 			unmapped(t, lerr.Error())
@@ -449,18 +494,13 @@ func (b *Builder) readRefusals(seq int64, m *turnlog.AssistantMessage) {
 // of the transcript: what Anthropic drops. A path that lands elsewhere was
 // not laid out as the provider's request was (a continued message thread
 // sends only the messages after its prefix).
-func thinkingAt(transcript []Message, ref BlockRef) error {
-	for _, m := range transcript {
-		if m.Seq != ref.Seq || m.Role != "assistant" {
+func thinkingAt(entries []layoutEntry, ref BlockRef) error {
+	for _, e := range entries {
+		if e.seq != ref.Seq || e.role != "assistant" {
 			continue
 		}
-		var msg layoutMessage
-		var blocks []layoutBlock
-		if json.Unmarshal(m.Message, &msg) != nil || json.Unmarshal(msg.Content, &blocks) != nil || ref.Block >= len(blocks) {
-			break
-		}
-		if blocks[ref.Block].Type != turnlog.BlockThinking {
-			return fmt.Errorf("the path names block %d of seq %d, a %s block", ref.Block, ref.Seq, blocks[ref.Block].Type)
+		if !e.thinking[ref.Block] {
+			return fmt.Errorf("the path names block %d of seq %d, which is not thinking", ref.Block, ref.Seq)
 		}
 		return nil
 	}

@@ -149,3 +149,28 @@ func TestResumedReplayMapsRefusals(t *testing.T) {
 		t.Errorf("a refusal reported again after a resume: %+v", diags)
 	}
 }
+
+// After a compaction the request is laid out from the compacted transcript,
+// which replay encodes anew: the layout of the longer transcript before it
+// is not reused.
+func TestRefusalAfterACompaction(t *testing.T) {
+	dropped := report([3]string{"thinking_dropped", "messages.2.content.0", "prefix_binding_mismatch"})
+	log := seqLog(sessionStart,
+		turnStart(1), user(1, "q1"), hostMessage(1, 0, signedAnswer("t1", "a1", dropped)), turnEnd(1, "stop"),
+		turnStart(2), user(2, "q2"), hostMessage(2, 0, signedAnswer("t2", "a2", report([3]string{"thinking_dropped", "messages.1.content.0", "prefix_binding_mismatch"}))), turnEnd(2, "stop"),
+		`{"type":"context/compaction","content":[{"type":"text","text":"Earlier: q1."}],"firstKeptSeq":6,"tokensBefore":100}`, // 9
+		turnStart(3), user(3, "q3"), hostMessage(3, 0, signedAnswer("t3", "a3", dropped)), turnEnd(3, "stop"))
+	res, diags := run(t, log, replay.Options{})
+	if got := summary(res); got != "9:user 6:user 7:assistant/native 11:user 12:assistant/native" {
+		t.Fatalf("transcript %s", got)
+	}
+	var got []string
+	for _, d := range diags {
+		got = append(got, fmt.Sprintf("%s %d", d.Code, d.Seq))
+	}
+	// Turn 1's report names a path past its request; turn 2's is seq 3's
+	// thinking; turn 3's, after the compaction, seq 7's.
+	if want := []string{"REPLAY_STATE_REFUSAL_UNMAPPED 3", "REPLAY_STATE_REFUSED 3", "REPLAY_STATE_REFUSED 7"}; !slices.Equal(got, want) {
+		t.Errorf("diagnostics %q, want %q", got, want)
+	}
+}

@@ -255,7 +255,10 @@ type Builder struct {
 	resumed bool
 	// prior is the stored transcript, once read while resumed.
 	prior []Message
-	err   error
+	// layouts describes the transcript's messages for the request layout
+	// that maps refused blocks (readRefusals).
+	layouts layoutCache
+	err     error
 	// ctx is where the context starts and what edits left out of it.
 	ctx ContextState
 	// collect, when set, makes the builder read the log into a projection
