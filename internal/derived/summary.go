@@ -274,6 +274,11 @@ func (s Summary) Check(head int64) error {
 		if len(c.Refused) > len(replay.RefusalReasons)+1 || len(c.RefusedSeqs) > len(c.Refused) || c.RefusalsUnmapped < 0 {
 			return bad("refusals of %d reasons, %d listed, %d unmapped", len(c.Refused), len(c.RefusedSeqs), c.RefusalsUnmapped)
 		}
+		for reason, n := range c.Refused {
+			if n < 0 {
+				return bad("%d refused blocks of reason %q", n, reason)
+			}
+		}
 		for reason, seqs := range c.RefusedSeqs {
 			if len(seqs) > MaxSeqsPerCause || int64(len(seqs)) > c.Refused[reason] {
 				return bad("%d refused seqs of reason %q listed for %d refused (at most %d are)", len(seqs), reason, c.Refused[reason], MaxSeqsPerCause)
