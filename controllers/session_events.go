@@ -71,22 +71,28 @@ func (r *SessionReconciler) replayEvents(session *turnlogv1.Session, rep *derive
 	adapter := fmt.Sprintf("%s %s/%s/%s", c.Target.Kind, c.Target.API, c.Target.Provider, c.Target.Model)
 	listed, total := boundedNew(rep)
 	for _, d := range listed {
-		if d.Code == replay.CodeInvalidContextEvent {
+		switch d.Code {
+		case replay.CodeInvalidContextEvent:
 			r.Recorder.Eventf(messageRef(session, d.Seq), nil, "Warning", turnlogv1.EventContextEventNotApplied, "Replay", "%s",
 				derived.Truncate(fmt.Sprintf("context event at seq %d not applied for %s: %s", d.Seq, adapter, d.Message), maxNote))
+			continue
+		case replay.CodeReplayStateRefused, replay.CodeRefusalUnmapped:
+			r.Recorder.Eventf(messageRef(session, d.Seq), nil, "Warning", turnlogv1.EventReplayStateRefused, "Replay", "%s",
+				derived.Truncate(fmt.Sprintf("seq %d for %s: %s; replayed as pi replays it, the block kept", d.Seq, adapter, d.Message), maxNote))
 			continue
 		}
 		r.Recorder.Eventf(messageRef(session, d.Seq), nil, "Warning", turnlogv1.EventReplayDegraded, "Replay", "%s",
 			derived.Truncate(fmt.Sprintf("seq %d replayed provider-neutral for %s: cause %s: %s", d.Seq, adapter, d.Cause, d.Message), maxNote))
 	}
 	switch rest := total - int64(len(listed)); {
-	case rest > 0 && c.ContextEventsNotApplied == 0:
+	case rest > 0 && c.ContextEventsNotApplied == 0 && len(c.Refused) == 0 && c.RefusalsUnmapped == 0:
 		r.Recorder.Eventf(session, nil, "Warning", turnlogv1.EventReplayDegraded, "Replay",
 			"%d more messages degraded in this replay run (%d in all, not listed as Events); status.replay.degradedSeqs lists them by cause", rest, total)
 	case rest > 0:
-		// Some of the problems may be context events not applied.
+		// Some of the problems may be context events not applied or
+		// refused blocks.
 		r.Recorder.Eventf(session, nil, "Warning", turnlogv1.EventReplayDegraded, "Replay",
-			"%d more problems in this replay run (%d in all, not listed as Events): status.replay.degradedSeqs lists the degraded messages by cause, status.replay.contextEventSeqs the context events not applied", rest, total)
+			"%d more problems in this replay run (%d in all, not listed as Events): status.replay.degradedSeqs lists the degraded messages by cause, status.replay.contextEventSeqs the context events not applied, status.replay.refusedSeqs the messages whose blocks the provider refused", rest, total)
 	}
 	if c.RunCompactions > 0 && c.LastCompactionSeq != nil {
 		r.Recorder.Eventf(messageRef(session, *c.LastCompactionSeq), nil, "Normal", turnlogv1.EventContextCompacted, "Replay",

@@ -31,6 +31,9 @@ var (
 	replayMessagesDesc = prometheus.NewDesc("turnlog_replay_messages",
 		"Assistant messages in the Sessions' replayed transcripts, as status.replay counts them: native (with their provider metadata), foreign (provider-neutral) and degraded (the foreign ones whose replay state was unusable).",
 		[]string{"namespace", "replay"}, nil)
+	replayRefusedDesc = prometheus.NewDesc("turnlog_replay_refused_blocks",
+		"Thinking blocks the provider refused in the Sessions' requests (dropped because their signature no longer matched), as status.replay.refused counts them, by the provider's reason; unmapped counts the refusals replay could not map to a block.",
+		[]string{"namespace", "reason"}, nil)
 	sessionForksDesc = prometheus.NewDesc("turnlog_sessionforks",
 		"SessionForks by their Succeeded condition: its status (Unknown while forking, True, False) and reason.",
 		[]string{"namespace", "succeeded", "reason"}, nil)
@@ -95,6 +98,7 @@ func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- sessionsDesc
 	ch <- replayDegradedDesc
 	ch <- replayMessagesDesc
+	ch <- replayRefusedDesc
 	ch <- sessionForksDesc
 }
 
@@ -115,6 +119,7 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 	sessions := map[sessionKey]float64{}
 	degraded := map[string]float64{}
 	messages := map[messagesKey]float64{}
+	refused := map[messagesKey]float64{}
 	forks := map[forkKey]float64{}
 	for _, s := range sources {
 		var list turnlogv1.SessionList
@@ -125,6 +130,7 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for i := range list.Items {
 			countSession(&list.Items[i], sessions, degraded, messages)
+			countRefused(&list.Items[i], refused)
 		}
 		var forkList turnlogv1.SessionForkList
 		if err := s.reader.List(ctx, &forkList, client.UnsafeDisableDeepCopy); err != nil {
@@ -143,6 +149,9 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for k, v := range messages {
 		ch <- prometheus.MustNewConstMetric(replayMessagesDesc, prometheus.GaugeValue, v, k.namespace, k.replay)
+	}
+	for k, v := range refused {
+		ch <- prometheus.MustNewConstMetric(replayRefusedDesc, prometheus.GaugeValue, v, k.namespace, k.replay)
 	}
 	for k, v := range forks {
 		ch <- prometheus.MustNewConstMetric(sessionForksDesc, prometheus.GaugeValue, v, k.namespace, k.succeeded, k.reason)
@@ -167,6 +176,22 @@ func countSession(s *turnlogv1.Session, sessions map[sessionKey]float64, degrade
 	messages[messagesKey{ns, "native"}] += float64(native)
 	messages[messagesKey{ns, "foreign"}] += float64(foreign)
 	messages[messagesKey{ns, "degraded"}] += float64(deg)
+}
+
+// countRefused adds one Session's refused blocks to the gauge, by reason,
+// zeros included.
+func countRefused(s *turnlogv1.Session, refused map[messagesKey]float64) {
+	var c turnlogv1.RefusedCounts
+	if r := s.Status.Replay; r != nil {
+		c = r.Refused
+	}
+	for reason, n := range map[string]int64{
+		"prefix_binding_mismatch": c.PrefixBindingMismatch, "model_binding_mismatch": c.ModelBindingMismatch,
+		"organization_binding_mismatch": c.OrganizationBindingMismatch, "end_user_binding_mismatch": c.EndUserBindingMismatch,
+		"other": c.Other, "unmapped": c.Unmapped,
+	} {
+		refused[messagesKey{s.Namespace, reason}] += float64(n)
+	}
 }
 
 // conditionOf is a condition's status and reason; a condition not set yet

@@ -37,9 +37,9 @@ func TestStatusMetrics(t *testing.T) {
 	}
 	reader := fake.NewClientBuilder().WithScheme(scheme).WithObjects(
 		session("team-a", "one", "", metav1.ConditionTrue, turnlogv1.ReasonCurrent, true,
-			&turnlogv1.ReplaySummary{Native: 4, Foreign: 3, Degraded: 2}),
+			&turnlogv1.ReplaySummary{Native: 4, Foreign: 3, Degraded: 2, Refused: turnlogv1.RefusedCounts{PrefixBindingMismatch: 2, Unmapped: 1}}),
 		session("team-a", "two", "", metav1.ConditionTrue, turnlogv1.ReasonCurrent, false,
-			&turnlogv1.ReplaySummary{Native: 1, Foreign: 1}),
+			&turnlogv1.ReplaySummary{Native: 1, Foreign: 1, Refused: turnlogv1.RefusedCounts{PrefixBindingMismatch: 1, ModelBindingMismatch: 1}}),
 		session("team-a", "three", "archive", metav1.ConditionFalse, turnlogv1.ReasonWorkerFailedPermanently, true,
 			&turnlogv1.ReplaySummary{Foreign: 5, Degraded: 5}),
 		// Created, not reconciled yet.
@@ -77,6 +77,20 @@ turnlog_replay_messages{namespace="team-a",replay="native"} 5
 turnlog_replay_messages{namespace="team-b",replay="degraded"} 0
 turnlog_replay_messages{namespace="team-b",replay="foreign"} 0
 turnlog_replay_messages{namespace="team-b",replay="native"} 0
+# HELP turnlog_replay_refused_blocks Thinking blocks the provider refused in the Sessions' requests (dropped because their signature no longer matched), as status.replay.refused counts them, by the provider's reason; unmapped counts the refusals replay could not map to a block.
+# TYPE turnlog_replay_refused_blocks gauge
+turnlog_replay_refused_blocks{namespace="team-a",reason="end_user_binding_mismatch"} 0
+turnlog_replay_refused_blocks{namespace="team-a",reason="model_binding_mismatch"} 1
+turnlog_replay_refused_blocks{namespace="team-a",reason="organization_binding_mismatch"} 0
+turnlog_replay_refused_blocks{namespace="team-a",reason="other"} 0
+turnlog_replay_refused_blocks{namespace="team-a",reason="prefix_binding_mismatch"} 3
+turnlog_replay_refused_blocks{namespace="team-a",reason="unmapped"} 1
+turnlog_replay_refused_blocks{namespace="team-b",reason="end_user_binding_mismatch"} 0
+turnlog_replay_refused_blocks{namespace="team-b",reason="model_binding_mismatch"} 0
+turnlog_replay_refused_blocks{namespace="team-b",reason="organization_binding_mismatch"} 0
+turnlog_replay_refused_blocks{namespace="team-b",reason="other"} 0
+turnlog_replay_refused_blocks{namespace="team-b",reason="prefix_binding_mismatch"} 0
+turnlog_replay_refused_blocks{namespace="team-b",reason="unmapped"} 0
 # HELP turnlog_sessionforks SessionForks by their Succeeded condition: its status (Unknown while forking, True, False) and reason.
 # TYPE turnlog_sessionforks gauge
 turnlog_sessionforks{namespace="team-b",reason="",succeeded="Unknown"} 1

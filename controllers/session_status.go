@@ -10,6 +10,7 @@ import (
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/internal/derived"
+	"github.com/turnlog/turnlog/internal/replay"
 	"github.com/turnlog/turnlog/internal/sessionlog"
 )
 
@@ -62,6 +63,21 @@ func (r *SessionReconciler) applyReplay(s *sessionScope) {
 		ContextMessages:   c.ContextMessages, LastCompactionSeq: c.LastCompactionSeq,
 		Compactions: c.Compactions, ContextEdits: c.Edits,
 		ContextEventsNotApplied: c.ContextEventsNotApplied, ContextEventSeqs: capSeqs(c.ContextEventSeqs),
+		Refused: turnlogv1.RefusedCounts{
+			PrefixBindingMismatch:       c.Refused["prefix_binding_mismatch"],
+			ModelBindingMismatch:        c.Refused["model_binding_mismatch"],
+			OrganizationBindingMismatch: c.Refused["organization_binding_mismatch"],
+			EndUserBindingMismatch:      c.Refused["end_user_binding_mismatch"],
+			Other:                       c.Refused[string(replay.CauseOtherReason)],
+			Unmapped:                    c.RefusalsUnmapped,
+		},
+		RefusedSeqs: turnlogv1.RefusedSeqs{
+			PrefixBindingMismatch:       capSeqs(c.RefusedSeqs["prefix_binding_mismatch"]),
+			ModelBindingMismatch:        capSeqs(c.RefusedSeqs["model_binding_mismatch"]),
+			OrganizationBindingMismatch: capSeqs(c.RefusedSeqs["organization_binding_mismatch"]),
+			EndUserBindingMismatch:      capSeqs(c.RefusedSeqs["end_user_binding_mismatch"]),
+			Other:                       capSeqs(c.RefusedSeqs[string(replay.CauseOtherReason)]),
+		},
 		DegradedSeqs: turnlogv1.DegradedSeqs{
 			Kind:      capSeqs(c.DegradedSeqs["kind"]),
 			Version:   capSeqs(c.DegradedSeqs["version"]),

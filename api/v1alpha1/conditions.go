@@ -146,6 +146,13 @@ const (
 	// fit the message, say); the note says what could not be applied and
 	// what replay did instead.
 	EventContextEventNotApplied = "ContextEventNotApplied"
+	// EventReplayStateRefused (Warning, on the refused message's seq): the
+	// provider dropped a thinking block from a request because its
+	// signature no longer matched; the note names the block, the reason,
+	// the provider, the block's path in the request and the response that
+	// reported it. A refusal replay could not map to a block is raised on
+	// the seq of the response that reported it.
+	EventReplayStateRefused = "ReplayStateRefused"
 	// EventWorkerFailed (Warning, on the Session): a worker run failed.
 	EventWorkerFailed = "WorkerFailed"
 	// EventWorkerFailedPermanently (Warning, on the Session): a worker run

@@ -164,6 +164,52 @@ type DegradedSeqs struct {
 	Shape []int64 `json:"shape,omitempty"`
 }
 
+// RefusedCounts count refused blocks by the provider's reason.
+type RefusedCounts struct {
+	// PrefixBindingMismatch: the conversation before the block differs
+	// from the one it was produced under (a compaction, a context edit, a
+	// changed system prompt).
+	// +optional
+	PrefixBindingMismatch int64 `json:"prefixBindingMismatch,omitempty"`
+	// ModelBindingMismatch: the block was produced by a model whose
+	// reasoning the requested model may not read.
+	// +optional
+	ModelBindingMismatch int64 `json:"modelBindingMismatch,omitempty"`
+	// OrganizationBindingMismatch: produced under another organization.
+	// +optional
+	OrganizationBindingMismatch int64 `json:"organizationBindingMismatch,omitempty"`
+	// EndUserBindingMismatch: produced for another end user.
+	// +optional
+	EndUserBindingMismatch int64 `json:"endUserBindingMismatch,omitempty"`
+	// Other: a reason this version does not know.
+	// +optional
+	Other int64 `json:"other,omitempty"`
+	// Unmapped counts the refusals replay could not map to a block of the
+	// transcript (the request was not laid out as replay lays it out).
+	// +optional
+	Unmapped int64 `json:"unmapped,omitempty"`
+}
+
+// RefusedSeqs lists the seqs of messages with refused blocks by reason,
+// the first 20 of each.
+type RefusedSeqs struct {
+	// +kubebuilder:validation:MaxItems=20
+	// +optional
+	PrefixBindingMismatch []int64 `json:"prefixBindingMismatch,omitempty"`
+	// +kubebuilder:validation:MaxItems=20
+	// +optional
+	ModelBindingMismatch []int64 `json:"modelBindingMismatch,omitempty"`
+	// +kubebuilder:validation:MaxItems=20
+	// +optional
+	OrganizationBindingMismatch []int64 `json:"organizationBindingMismatch,omitempty"`
+	// +kubebuilder:validation:MaxItems=20
+	// +optional
+	EndUserBindingMismatch []int64 `json:"endUserBindingMismatch,omitempty"`
+	// +kubebuilder:validation:MaxItems=20
+	// +optional
+	Other []int64 `json:"other,omitempty"`
+}
+
 // ReplaySummary summarises the last replay of the transcript.
 type ReplaySummary struct {
 	// ThroughSeq is the last seq the transcript was built through.
@@ -197,6 +243,17 @@ type ReplaySummary struct {
 	// +kubebuilder:validation:MaxItems=20
 	// +optional
 	ContextEventSeqs []int64 `json:"contextEventSeqs,omitempty"`
+	// Refused counts the thinking blocks the provider refused (dropped
+	// from a request because their signature no longer matches the model
+	// or the conversation before them, as the provider reported and pi-ai
+	// recorded on the response), by the provider's reason. The transcript
+	// keeps them, as pi does; a ReplayStateRefused Event names each.
+	// +optional
+	Refused RefusedCounts `json:"refused,omitempty"`
+	// RefusedSeqs lists the seqs of the messages whose blocks were
+	// refused, by reason (capped).
+	// +optional
+	RefusedSeqs RefusedSeqs `json:"refusedSeqs,omitempty"`
 	// ContextMessages is how many messages the stored transcript holds:
 	// what the next request is built from, which after a compaction is
 	// less than the log's history.

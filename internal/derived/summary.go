@@ -77,6 +77,14 @@ type ReplayCounts struct {
 	// first MaxSeqsPerCause of them. They are not degraded messages.
 	ContextEventsNotApplied int64   `json:"contextEventsNotApplied,omitempty"`
 	ContextEventSeqs        []int64 `json:"contextEventSeqs,omitempty"`
+	// Refused counts the blocks the provider refused
+	// (replay.CodeReplayStateRefused) by reason, and RefusedSeqs lists the
+	// seqs of their messages, the first MaxSeqsPerCause of each reason.
+	// RefusalsUnmapped counts the refusals replay could not map to a
+	// block (replay.CodeRefusalUnmapped).
+	Refused          map[string]int64   `json:"refused,omitempty"`
+	RefusedSeqs      map[string][]int64 `json:"refusedSeqs,omitempty"`
+	RefusalsUnmapped int64              `json:"refusalsUnmapped,omitempty"`
 	// ContextMessages is how many messages the stored transcript holds:
 	// what the next request is built from.
 	ContextMessages int64 `json:"contextMessages"`
@@ -103,10 +111,12 @@ func (c *ReplayCounts) Context() replay.ContextInfo {
 type Diagnostic struct {
 	Seq int64 `json:"seq"`
 	// Code is replay's diagnostic code (replay.CodeInvalidReplayState,
-	// replay.CodeInvalidContextEvent); empty for assembly.
+	// replay.CodeInvalidContextEvent, replay.CodeReplayStateRefused,
+	// replay.CodeRefusalUnmapped); empty for assembly.
 	Code string `json:"code,omitempty"`
 	// Cause is the degrade cause (kind, version, malformed, shape) of a
-	// degraded message or, for assembly, the diagnostic code.
+	// degraded message, the reason of a refused block or, for assembly,
+	// the diagnostic code.
 	Cause   string `json:"cause,omitempty"`
 	Message string `json:"message"`
 }
@@ -259,6 +269,24 @@ func (s Summary) Check(head int64) error {
 		for _, seq := range c.ContextEventSeqs {
 			if seq < 0 || seq > s.ThroughSeq {
 				return bad("context event seq %d", seq)
+			}
+		}
+		if len(c.Refused) > len(replay.RefusalReasons)+1 || len(c.RefusedSeqs) > len(c.Refused) || c.RefusalsUnmapped < 0 {
+			return bad("refusals of %d reasons, %d listed, %d unmapped", len(c.Refused), len(c.RefusedSeqs), c.RefusalsUnmapped)
+		}
+		for reason, n := range c.Refused {
+			if n < 0 {
+				return bad("%d refused blocks of reason %q", n, reason)
+			}
+		}
+		for reason, seqs := range c.RefusedSeqs {
+			if len(seqs) > MaxSeqsPerCause || int64(len(seqs)) > c.Refused[reason] {
+				return bad("%d refused seqs of reason %q listed for %d refused (at most %d are)", len(seqs), reason, c.Refused[reason], MaxSeqsPerCause)
+			}
+			for _, seq := range seqs {
+				if seq < 0 || seq > s.ThroughSeq {
+					return bad("refused seq %d", seq)
+				}
 			}
 		}
 		for cause, seqs := range c.DegradedSeqs {

@@ -58,12 +58,16 @@ type ContextState struct {
 	// Removed are the seqs at or after KeptFrom whose latest edit left
 	// their messages out, in the order they were left out.
 	Removed []int64 `json:"removed,omitempty"`
+	// Refused are the blocks the provider refused that replay reported,
+	// the last maxRefusalsKept of them: a later response that reports one
+	// again does not report it anew.
+	Refused []Refusal `json:"refused,omitempty"`
 }
 
 // ContextState returns where the context starts and what edits left out of
 // it, for the next replay to resume with.
 func (b *Builder) ContextState() ContextState {
-	return ContextState{KeptFrom: b.ctx.KeptFrom, Removed: slices.Clone(b.ctx.Removed)}
+	return ContextState{KeptFrom: b.ctx.KeptFrom, Removed: slices.Clone(b.ctx.Removed), Refused: slices.Clone(b.ctx.Refused)}
 }
 
 // keepFrom moves the context's start to seq: what an edit left out before it
@@ -85,7 +89,7 @@ func (b *Builder) loadPrior() bool {
 	if !b.resumed {
 		return true
 	}
-	prior, err := b.opts.Prior()
+	prior, err := b.priorMessages()
 	if err != nil {
 		b.err = fmt.Errorf("read the stored transcript a context event changes: %w", err)
 		return false
@@ -93,7 +97,23 @@ func (b *Builder) loadPrior() bool {
 	b.result.Messages = slices.Concat(prior, b.result.Messages)
 	b.resumed = false
 	b.result.Rebuilt = true
+	b.prior = nil
 	return true
+}
+
+// priorMessages reads the stored transcript (Options.Prior) once.
+func (b *Builder) priorMessages() ([]Message, error) {
+	if b.prior == nil {
+		prior, err := b.opts.Prior()
+		if err != nil {
+			return nil, err
+		}
+		b.prior = slices.Clip(prior)
+		if b.prior == nil {
+			b.prior = []Message{}
+		}
+	}
+	return b.prior, nil
 }
 
 // rawContext returns the transcript's messages without synthetic results,

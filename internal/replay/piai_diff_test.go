@@ -348,19 +348,7 @@ func runPiAI(t *testing.T, line piLine, conversations [][]json.RawMessage) piOut
 	if err != nil {
 		t.Fatal(err)
 	}
-	node := line.node
-	if node != "node" {
-		node = filepath.Join(dir, node)
-	}
-	cmd := exec.Command(node, "transform.mjs")
-	cmd.Dir = dir
-	cmd.Stdin = bytes.NewReader(in)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("node %s/transform.mjs: %v\n%s", dir, err, stderr.Bytes())
-	}
+	out := runNode(t, line, dir, "transform.mjs", in)
 	var res piOutput
 	if err := json.Unmarshal(out, &res); err != nil {
 		t.Fatalf("node %s/transform.mjs wrote something that is not its JSON result: %v", dir, err)
@@ -369,6 +357,40 @@ func runPiAI(t *testing.T, line piLine, conversations [][]json.RawMessage) piOut
 		t.Fatalf("pi-ai returned %d results for %d targets, want %d for %d", len(res.Results), len(res.Targets), len(conversations), len(piTargets))
 	}
 	return res
+}
+
+// runNode runs script in the line's directory dir with the line's node,
+// in on its stdin, and returns what it writes to stdout.
+func runNode(t *testing.T, line piLine, dir, script string, in []byte) []byte {
+	t.Helper()
+	node := line.node
+	if node != "node" {
+		node = filepath.Join(dir, node)
+	}
+	cmd := exec.Command(node, script)
+	cmd.Dir = dir
+	cmd.Stdin = bytes.NewReader(in)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("node %s/%s: %v\n%s", dir, script, err, stderr.Bytes())
+	}
+	return out
+}
+
+// diffSeed is the seed of a differential test's random conversations:
+// PIAI_DIFF_SEED, or the time.
+func diffSeed(t *testing.T) uint64 {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("PIAI_DIFF_SEED"); s != "" {
+		var err error
+		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
+			t.Fatalf("PIAI_DIFF_SEED=%q: %v", s, err)
+		}
+	}
+	return seed
 }
 
 // piDir is test/pi/<line> with the line's pi-ai installed. Without an
@@ -412,13 +434,7 @@ type diffStats struct {
 }
 
 func TestReplayMatchesPiAI(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("PIAI_DIFF_SEED"); s != "" {
-		var err error
-		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
-			t.Fatalf("PIAI_DIFF_SEED=%q: %v", s, err)
-		}
-	}
+	seed := diffSeed(t)
 	for _, line := range piLines {
 		t.Run("pi-ai "+line.name, func(t *testing.T) { comparePiAI(t, line, seed) })
 	}

@@ -77,8 +77,12 @@ const CodeInvalidReplayState = "INVALID_REPLAY_STATE"
 
 // Diagnostic reports what replay could not use as the log has it, by
 // Code: a message degraded to foreign (CodeInvalidReplayState, with the
-// Cause and the message's Seq), or a context event replay could not apply
-// (CodeInvalidContextEvent, no Cause, the event's Seq).
+// Cause and the message's Seq), a context event replay could not apply
+// (CodeInvalidContextEvent, no Cause, the event's Seq), a block the
+// provider refused (CodeReplayStateRefused, the provider's reason as
+// Cause, the refused message's Seq), or a refusal replay could not map to
+// a block (CodeRefusalUnmapped, CauseUnmapped, the reporting response's
+// Seq). Refusals degrade nothing: pi replays the refused blocks.
 type Diagnostic struct {
 	Code    string `json:"code"`
 	Seq     int64  `json:"seq"`
@@ -101,9 +105,10 @@ type Options struct {
 	// replay of the log up to there left open (Builder.Checkpoint).
 	Open OpenCalls
 	// Prior, for a replay resumed at a turn boundary, returns the transcript
-	// the previous replays stored (without Open's tail). It is called only
-	// when a compaction or a context edit changes what came before, and
-	// then Result.Rebuilt is set.
+	// the previous replays stored (without Open's tail). It is called when
+	// a compaction or a context edit changes what came before, and then
+	// Result.Rebuilt is set, or to map the blocks a response reports its
+	// provider refused (see readRefusals), which changes nothing stored.
 	Prior func() ([]Message, error)
 	// Context, for a replay resumed at a turn boundary, is where the
 	// previous replay's context started and what edits left out of it
@@ -248,6 +253,11 @@ type Builder struct {
 	// resumed: the transcript before this replay is the stored one, to be
 	// loaded through Options.Prior before anything changes it.
 	resumed bool
+	// prior is the stored transcript, once read while resumed.
+	prior []Message
+	// layouts describes the transcript's messages for the request layout
+	// that maps refused blocks (readRefusals).
+	layouts layoutCache
 	err     error
 	// ctx is where the context starts and what edits left out of it.
 	ctx ContextState
@@ -266,7 +276,8 @@ func NewBuilder(opts Options) *Builder {
 		result:    Result{ThroughSeq: -1, Messages: []Message{}, Context: ContextInfo{CompactionSeq: -1}},
 		open:      opts.Open,
 		resumed:   opts.Prior != nil,
-		ctx:       ContextState{KeptFrom: opts.Context.KeptFrom, Removed: slices.Clone(opts.Context.Removed)},
+		ctx: ContextState{KeptFrom: opts.Context.KeptFrom, Removed: slices.Clone(opts.Context.Removed),
+			Refused: slices.Clone(opts.Context.Refused)},
 	}
 }
 
@@ -458,6 +469,7 @@ func (b *Builder) addAssistant(it turnItem) {
 	if it.assistant.StopReason.Interrupted() {
 		return // an incomplete response is not history the model should see
 	}
+	b.readRefusals(it.seq, it.assistant)
 	msg, mode := b.convert(it.seq, *it.assistant)
 	if mode == Native {
 		b.result.Counts.Native++

@@ -172,8 +172,24 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	data, _ := json.Marshal(sum) // a derived.Summary always encodes
 	fmt.Fprintln(stdout, string(data))
-	writeTermination(inv.TerminationMessagePath, data, stderr)
+	writeTermination(inv.TerminationMessagePath, terminationSummary(sum), stderr)
 	return 0
+}
+
+// terminationSummary is the summary as the termination message holds it:
+// whole when it fits, else without the lists of refused blocks' seqs,
+// which a badly refused log fills past the kubelet's limit. A Session's
+// status reads them from the checkpoint, not from the message.
+func terminationSummary(sum derived.Summary) []byte {
+	data, _ := json.Marshal(sum)
+	if len(data) <= maxTerminationMessage || sum.Replay == nil {
+		return data
+	}
+	c := *sum.Replay
+	c.RefusedSeqs = nil
+	sum.Replay = &c
+	data, _ = json.Marshal(sum)
+	return data
 }
 
 // writeTermination leaves msg where the kubelet reads the termination

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -82,5 +83,42 @@ func TestForgedReplayCheckpoint(t *testing.T) {
 	}
 	if rep2, err := Replay(ctx, log, target); err != nil || rep2.ThroughSeq != rep.ThroughSeq {
 		t.Fatalf("replay after an oversized checkpoint = %+v, %v; want it redone through seq %d", rep2, err, rep.ThroughSeq)
+	}
+}
+
+// Check bounds the refused blocks a checkpoint may claim: the lists the
+// controller copies to status, and the reasons it counts.
+func TestCheckBoundsRefusals(t *testing.T) {
+	valid := func() derived.Summary {
+		return derived.Summary{Task: derived.TaskReplay, ThroughSeq: 20, Replay: &derived.ReplayCounts{Native: 2,
+			Refused: map[string]int64{"prefix_binding_mismatch": 3}, RefusedSeqs: map[string][]int64{"prefix_binding_mismatch": {3, 7}}}}
+	}
+	if err := valid().Check(20); err != nil {
+		t.Fatalf("Check of a valid summary: %v", err)
+	}
+	for name, forge := range map[string]func(*derived.ReplayCounts){
+		"more seqs than refusals": func(c *derived.ReplayCounts) { c.Refused["prefix_binding_mismatch"] = 1 },
+		"a seq past the transcript": func(c *derived.ReplayCounts) {
+			c.RefusedSeqs["prefix_binding_mismatch"] = []int64{3, 21}
+		},
+		"seqs of a reason not counted": func(c *derived.ReplayCounts) { c.RefusedSeqs["other"] = []int64{1} },
+		"a negative count":             func(c *derived.ReplayCounts) { c.Refused["other"] = -1 },
+		"too many seqs": func(c *derived.ReplayCounts) {
+			c.Refused["prefix_binding_mismatch"] = 100
+			for i := range derived.MaxSeqsPerCause {
+				c.RefusedSeqs["prefix_binding_mismatch"] = append(c.RefusedSeqs["prefix_binding_mismatch"], int64(i))
+			}
+		},
+		"too many reasons": func(c *derived.ReplayCounts) {
+			for i := range 10 {
+				c.Refused[fmt.Sprint("reason ", i)] = 1
+			}
+		},
+	} {
+		sum := valid()
+		forge(sum.Replay)
+		if err := sum.Check(20); err == nil {
+			t.Errorf("%s: Check accepted %+v", name, sum.Replay)
+		}
 	}
 }

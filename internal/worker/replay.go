@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 
 	"github.com/turnlog/turnlog/internal/derived"
@@ -140,6 +141,8 @@ type replayPass struct {
 func (r *replayRunner) pass() (more bool, err error) {
 	p := &replayPass{stored: r.state.Parts, counts: *r.sum.Replay}
 	p.counts.DegradedSeqs = cloneSeqs(p.counts.DegradedSeqs)
+	p.counts.RefusedSeqs = cloneSeqs(p.counts.RefusedSeqs)
+	p.counts.Refused = maps.Clone(p.counts.Refused)
 	p.counts.ContextEventSeqs = slices.Clone(p.counts.ContextEventSeqs)
 	more, err = r.takeIn(p)
 	if err != nil || p.b == nil {
@@ -283,13 +286,16 @@ func (r *replayRunner) foldCounts(p *replayPass, res replay.Result) {
 			if len(c.ContextEventSeqs) < derived.MaxSeqsPerCause {
 				c.ContextEventSeqs = append(c.ContextEventSeqs, d.Seq)
 			}
-		default: // replay.CodeInvalidReplayState: a degraded message
-			if len(c.DegradedSeqs[cause]) < derived.MaxSeqsPerCause {
-				if c.DegradedSeqs == nil {
-					c.DegradedSeqs = map[string][]int64{}
-				}
-				c.DegradedSeqs[cause] = append(c.DegradedSeqs[cause], d.Seq)
+		case replay.CodeReplayStateRefused:
+			if c.Refused == nil {
+				c.Refused = map[string]int64{}
 			}
+			c.Refused[cause]++
+			c.RefusedSeqs = noteSeq(c.RefusedSeqs, cause, d.Seq)
+		case replay.CodeRefusalUnmapped:
+			c.RefusalsUnmapped++
+		default: // replay.CodeInvalidReplayState: a degraded message
+			c.DegradedSeqs = noteSeq(c.DegradedSeqs, cause, d.Seq)
 		}
 		r.sum.Note(derived.Diagnostic{Seq: d.Seq, Code: d.Code, Cause: cause, Message: d.Message})
 	}
@@ -332,6 +338,19 @@ func defaultAdapter(target, session turnlog.Adapter) turnlog.Adapter {
 	}
 	target.ReleaseLine = target.Line()
 	return target
+}
+
+// noteSeq adds seq to cause's list in m, once, while it holds fewer than
+// derived.MaxSeqsPerCause.
+func noteSeq(m map[string][]int64, cause string, seq int64) map[string][]int64 {
+	if len(m[cause]) >= derived.MaxSeqsPerCause || slices.Contains(m[cause], seq) {
+		return m
+	}
+	if m == nil {
+		m = map[string][]int64{}
+	}
+	m[cause] = append(m[cause], seq)
+	return m
 }
 
 func cloneSeqs(m map[string][]int64) map[string][]int64 {

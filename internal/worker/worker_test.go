@@ -297,7 +297,15 @@ func TestSummaryFitsATerminationMessage(t *testing.T) {
 			sum.Replay.DegradedSeqs[cause] = append(sum.Replay.DegradedSeqs[cause], int64(1e15+i))
 		}
 	}
-	data, _ := json.Marshal(sum)
+	sum.Replay.Refused, sum.Replay.RefusedSeqs = map[string]int64{}, map[string][]int64{}
+	for _, reason := range append(slices.Clone(replay.RefusalReasons), replay.CauseOtherReason) {
+		sum.Replay.Refused[string(reason)] = 1e15
+		for i := range derived.MaxSeqsPerCause {
+			sum.Replay.RefusedSeqs[string(reason)] = append(sum.Replay.RefusedSeqs[string(reason)], int64(1e15+i))
+		}
+	}
+	sum.Replay.RefusalsUnmapped = 1e15
+	data := terminationSummary(sum)
 	if len(data) > maxTerminationMessage || sum.NewTotal != 100 || len(sum.New) != derived.MaxNewDiagnostics {
 		t.Fatalf("summary of %d bytes, %d new of %d", len(data), len(sum.New), sum.NewTotal)
 	}
@@ -498,5 +506,57 @@ func TestReplayCheckpointWithoutContextIsReplayedAgain(t *testing.T) {
 	}
 	if got := texts(storedTranscript(t, log, turnlog.Adapter{})); got != "[redacted]|ok" {
 		t.Errorf("stored transcript %s, want the message back with the latest edit", got)
+	}
+}
+
+// refusalLog is a session of claude-opus-5 on anthropic-messages whose
+// second answer (seq 7) reports that the provider dropped the first
+// answer's thinking (seq 3, block 0); with more, a third turn's answer
+// (seq 11) reports it again.
+func refusalLog(more bool) []byte {
+	answer := func(turn int, diags string) string {
+		return fmt.Sprintf(`{"type":"assistant/message","turn":%d,"response":0,"message":{"role":"assistant","content":[{"type":"thinking","thinking":"t%d","thinkingSignature":"sig%d"},{"type":"text","text":"a"}],"api":"anthropic-messages","provider":"anthropic","model":"claude-opus-5","stopReason":"stop","providerThinkingLevel":"high"%s}}`, turn, turn, turn, diags)
+	}
+	dropped := `,"diagnostics":[{"type":"anthropic_input_transformations","timestamp":1,"details":{"transformations":[{"type":"thinking_dropped","path":"messages.2.content.0","reason":"prefix_binding_mismatch"}]}}]`
+	events := []string{`{"type":"session/start","adapter":{"kind":"pi-ai","api":"anthropic-messages","provider":"anthropic","model":"claude-opus-5","releaseLine":"1"}}`}
+	turns := 2
+	if more {
+		turns = 3
+	}
+	for turn := 1; turn <= turns; turn++ {
+		diags := dropped
+		if turn == 1 {
+			diags = ""
+		}
+		events = append(events, fmt.Sprintf(`{"type":"turn/start","turn":%d}`, turn),
+			fmt.Sprintf(`{"type":"user/message","turn":%d,"content":[{"type":"text","text":"q"}]}`, turn),
+			answer(turn, diags), fmt.Sprintf(`{"type":"turn/end","turn":%d,"reason":"stop"}`, turn))
+	}
+	var b strings.Builder
+	for seq, e := range events {
+		fmt.Fprintf(&b, `{"seq":%d,%s`+"\n", seq, strings.TrimPrefix(e, "{"))
+	}
+	return []byte(b.String())
+}
+
+func TestReplayCountsEachRefusedBlockOnce(t *testing.T) {
+	ctx := context.Background()
+	log := newMemLog(t, refusalLog(false))
+	first, err := Replay(ctx, log, turnlog.Adapter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := first.Replay
+	if first.NewTotal != 1 || first.New[0].Code != replay.CodeReplayStateRefused || first.New[0].Seq != 3 || first.New[0].Cause != "prefix_binding_mismatch" ||
+		c.Refused["prefix_binding_mismatch"] != 1 || !slices.Equal(c.RefusedSeqs["prefix_binding_mismatch"], []int64{3}) || c.Degraded != 0 || c.Native != 2 {
+		t.Fatalf("first run: got %+v, counts %+v", first, c)
+	}
+	log.append(t, lines(refusalLog(true), 9, 13))
+	second, err := Replay(ctx, log, turnlog.Adapter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := second.Replay; second.NewTotal != 0 || c.Refused["prefix_binding_mismatch"] != 1 || second.ThroughSeq != 12 {
+		t.Fatalf("a refusal reported again in the next run: got %+v, counts %+v", second, c)
 	}
 }

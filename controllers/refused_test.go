@@ -1,0 +1,69 @@
+package controllers
+
+import (
+	"bytes"
+	"fmt"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+)
+
+// refusedLog: a session of claude-opus-5 (managed effort) whose answer to
+// turn 2 (seq 7) reports, as pi-ai 1.6 records Anthropic's
+// input_transformations, that the provider dropped the thinking of the
+// answer to turn 1 (seq 3, block 0) for a prefix mismatch; each later
+// turn's answer reports it again.
+func refusedLog(turns int) []byte {
+	ev := []string{`"type":"session/start","adapter":{"kind":"pi-ai","api":"anthropic-messages","provider":"anthropic","model":"claude-opus-5","releaseLine":"1"}`}
+	for turn := 1; turn <= turns; turn++ {
+		diags := ""
+		if turn > 1 {
+			diags = `,"diagnostics":[{"type":"anthropic_input_transformations","timestamp":1,"details":{"transformations":[{"type":"thinking_dropped","path":"messages.2.content.0","reason":"prefix_binding_mismatch"}]}}]`
+		}
+		ev = append(ev,
+			fmt.Sprintf(`"type":"turn/start","turn":%d`, turn),
+			fmt.Sprintf(`"type":"user/message","turn":%d,"content":"question %d"`, turn, turn),
+			fmt.Sprintf(`"type":"assistant/message","turn":%d,"response":0,"message":{"content":[{"type":"thinking","thinking":"think %d","thinkingSignature":"sig%d"},{"type":"text","text":"answer %d"}],"api":"anthropic-messages","provider":"anthropic","model":"claude-opus-5","stopReason":"stop","providerThinkingLevel":"high"%s}`, turn, turn, turn, turn, diags),
+			fmt.Sprintf(`"type":"turn/end","turn":%d,"reason":"stop"`, turn))
+	}
+	var b bytes.Buffer
+	for seq, e := range ev {
+		fmt.Fprintf(&b, `{"seq":%d,%s}`+"\n", seq, e)
+	}
+	return b.Bytes()
+}
+
+var _ = Describe("Refused replay state", Ordered, func() {
+	m := localManager("refused")
+
+	It("counts a block the provider refused in status and raises one ReplayStateRefused Event for it, not a degrade", func() {
+		log := refusedLog(3)
+		_, _, err := m.sio.Import(ctx, m.ns, "refused", bytes.NewReader(logLines(log, 9)))
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(func(g Gomega) {
+			s := getSession(m.ns, "refused")(g)
+			g.Expect(s.Status.Replay).NotTo(BeNil())
+			g.Expect(s.Status.Replay.ThroughSeq).To(Equal(int64(8)))
+			g.Expect(s.Status.Replay.Refused).To(Equal(turnlogv1.RefusedCounts{PrefixBindingMismatch: 1}))
+			g.Expect(s.Status.Replay.RefusedSeqs).To(Equal(turnlogv1.RefusedSeqs{PrefixBindingMismatch: []int64{3}}))
+			g.Expect(s.Status.Replay.Native).To(Equal(int64(2)))
+			g.Expect(s.Status.Replay.Degraded).To(BeZero())
+		}).Should(Succeed())
+		Eventually(sessionEvents(m.ns, "refused", turnlogv1.EventReplayStateRefused)).Should(ConsistOf(And(
+			HaveField("Note", And(
+				Equal("seq 3 for pi-ai anthropic-messages/anthropic/claude-opus-5: thinking block 0 of seq 3 refused by anthropic (prefix_binding_mismatch): dropped at messages.2.content.0, reported at seq 7; replayed as pi replays it, the block kept"))),
+			HaveField("Regarding.FieldPath", "log[3]"))))
+
+		// The next answer reports the same block again: it is counted once.
+		_, _, err = m.sio.Append(ctx, m.ns, "refused", bytes.NewReader(bytes.TrimPrefix(log, logLines(log, 9))))
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(func(g Gomega) {
+			g.Expect(getSession(m.ns, "refused")(g).Status.Replay.ThroughSeq).To(Equal(int64(12)))
+		}).Should(Succeed())
+		Expect(getSession(m.ns, "refused")(Default).Status.Replay.Refused).To(Equal(turnlogv1.RefusedCounts{PrefixBindingMismatch: 1}))
+		Consistently(sessionEvents(m.ns, "refused", turnlogv1.EventReplayStateRefused), "2s").Should(HaveLen(1))
+		Expect(sessionEvents(m.ns, "refused", turnlogv1.EventReplayDegraded)(Default)).To(BeEmpty())
+	})
+})

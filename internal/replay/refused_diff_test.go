@@ -1,0 +1,244 @@
+package replay_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/turnlog/turnlog/internal/replay"
+	"github.com/turnlog/turnlog/internal/turnlog"
+)
+
+// The request-layout differential test: conversations are replayed for an
+// anthropic-messages target, every block of the transcript's assistant
+// messages is given an identity of its own (its message's seq and its
+// index), and pi-ai 1.x's anthropic-messages provider builds the request
+// from the transcript (test/pi/1/request.mjs). Every block of every
+// assistant message of the request must be where replay.BuildAnthropicLayout
+// says it is, and every other request message must be one the layout says
+// is not an assistant's.
+
+// The layouts compared, each with a model of pi-ai's catalog that has it.
+var layoutTargets = []struct {
+	model  string
+	layout replay.AnthropicLayout
+}{
+	{"claude-sonnet-4-5", replay.AnthropicLayout{}},
+	{"claude-opus-4-8", replay.AnthropicLayout{MidConvoSystem: true, ToolChanges: true}},
+	{"claude-opus-5", replay.AnthropicLayout{MidConvoSystem: true, ToolChanges: true, EffortProvider: "anthropic"}},
+}
+
+func TestRequestLayoutMatchesPiAI(t *testing.T) {
+	line := piLines[1]
+	dir := piDir(t, line)
+	seed := diffSeed(t)
+	rng := rand.New(rand.NewPCG(seed, seed^0x51ed2701))
+	conversations := append(namedConversations(), namedConversationsV1()...)
+	for i := range 300 {
+		conversations = append(conversations, randomConversation(rng, fmt.Sprintf("random %d", i), true))
+	}
+
+	type request struct {
+		name       string
+		layout     replay.AnthropicLayout
+		transcript []replay.Message
+	}
+	var requests []request
+	var input []map[string]any
+	for _, tg := range layoutTargets {
+		target := turnlog.Adapter{Kind: turnlog.EnvelopeKindPiAI, API: "anthropic-messages", Provider: "anthropic", Model: tg.model, ReleaseLine: line.name}
+		for _, c := range conversations {
+			c = forModel(c, tg.model, rng)
+			res, err := replay.Transcript(turnlog.NewReader(bytes.NewReader(c.log(formInline))), replay.Options{Target: target, Through: replay.Head})
+			if err != nil {
+				t.Fatalf("%s: replay: %v", c.name, err)
+			}
+			msgs := identified(t, res.Messages)
+			raw := make([]json.RawMessage, len(msgs))
+			for i, m := range msgs {
+				raw[i] = m.Message
+			}
+			requests = append(requests, request{name: c.name + " for " + tg.model, layout: tg.layout, transcript: msgs})
+			input = append(input, map[string]any{"provider": "anthropic", "model": tg.model, "messages": raw})
+		}
+	}
+	in, err := json.Marshal(map[string]any{"requests": input})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := runNode(t, line, dir, "request.mjs", in)
+	var pi struct {
+		Results []struct {
+			Error    string `json:"error"`
+			Messages []struct {
+				Role    string          `json:"role"`
+				Content json.RawMessage `json:"content"`
+			} `json:"messages"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal(out, &pi); err != nil || len(pi.Results) != len(requests) {
+		t.Fatalf("node %s/request.mjs wrote %d results for %d requests (%v)", dir, len(pi.Results), len(requests), err)
+	}
+
+	paths, others, failures := 0, 0, 0
+	fail := func(format string, args ...any) {
+		failures++
+		if failures <= 5 {
+			t.Errorf(format, args...)
+		}
+	}
+	effortMarkers := 0
+	for r, req := range requests {
+		got := pi.Results[r]
+		if got.Error != "" {
+			t.Fatalf("%s: pi-ai built no request: %s", req.name, got.Error)
+		}
+		layout, err := replay.BuildAnthropicLayout(req.transcript, req.layout)
+		if err != nil {
+			t.Fatalf("%s: %v", req.name, err)
+		}
+		if len(layout) != len(got.Messages) {
+			fail("%s (seed %d): the layout has %d request messages, pi-ai's request %d", req.name, seed, len(layout), len(got.Messages))
+			continue
+		}
+		for i, m := range got.Messages {
+			if m.Role != "assistant" {
+				others++
+				if m.Role == "system" && string(m.Content) == "[]" {
+					effortMarkers++
+				}
+				if _, err := layout.Locate(fmt.Sprintf("messages.%d.content.0", i)); err == nil {
+					fail("%s (seed %d): request message %d is a %s message, the layout has an assistant's", req.name, seed, i, m.Role)
+				}
+				continue
+			}
+			var blocks []map[string]any
+			if err := json.Unmarshal(m.Content, &blocks); err != nil {
+				t.Fatalf("%s: request message %d: %v", req.name, i, err)
+			}
+			if len(blocks) != len(layout[i]) {
+				fail("%s (seed %d): request message %d has %d blocks, the layout %d", req.name, seed, i, len(blocks), len(layout[i]))
+				continue
+			}
+			for j, b := range blocks {
+				paths++
+				path := fmt.Sprintf("messages.%d.content.%d", i, j)
+				ref, err := layout.Locate(path)
+				want := blockIdentity(b)
+				if got := fmt.Sprintf("b%d.%d", ref.Seq, ref.Block); err != nil || got != want {
+					fail("%s (seed %d): %s is block %s in pi-ai's request, the layout says %s (%v)", req.name, seed, path, want, got, err)
+				}
+			}
+		}
+	}
+	if failures > 0 {
+		t.Errorf("%d differences (seed %d)", failures, seed)
+	}
+	if paths == 0 || effortMarkers == 0 {
+		t.Errorf("compared %d assistant block paths and %d effort messages: the cases no longer cover the layouts", paths, effortMarkers)
+	}
+	t.Logf("compared %d requests (%d conversations, %d layouts, seed %d): %d assistant block paths, %d other request messages (%d effort messages)",
+		len(requests), len(conversations), len(layoutTargets), seed, paths, others, effortMarkers)
+}
+
+// forModel is the conversation with the messages of pi's default source
+// (claude-sonnet-4-5) written by model instead, so that they replay native
+// for that target, and a providerThinkingLevel (pi-ai's managed effort) on
+// some assistant messages, among them values that are not an effort.
+func forModel(c piConversation, model string, rng *rand.Rand) piConversation {
+	out := piConversation{name: c.name}
+	for _, turn := range c.turns {
+		var msgs []piMessage
+		for _, m := range turn {
+			if m.role == "assistant" {
+				if m.assistant.Adapter() == piSources[0] {
+					m.assistant.Model = model
+				}
+				m.assistant.Extra = maps.Clone(m.assistant.Extra)
+				if level := []string{"", "", "high", "low", "max", "off"}[rng.IntN(6)]; level != "" {
+					if m.assistant.Extra == nil {
+						m.assistant.Extra = map[string]json.RawMessage{}
+					}
+					m.assistant.Extra["providerThinkingLevel"] = json.RawMessage(strconv.Quote(level))
+				}
+			}
+			msgs = append(msgs, m)
+		}
+		out.turns = append(out.turns, msgs)
+	}
+	return out
+}
+
+// identified gives every block of the transcript's assistant messages that
+// a request could carry an identity, b<seq>.<index>, in each of its
+// non-blank strings that pi-ai copies into the request: text, thinking,
+// signature, tool-call arguments. Blank strings stay blank: whether a
+// block is sent depends on them.
+func identified(t *testing.T, msgs []replay.Message) []replay.Message {
+	out := make([]replay.Message, len(msgs))
+	for i, m := range msgs {
+		out[i] = m
+		if m.Role != "assistant" {
+			continue
+		}
+		var a turnlog.AssistantMessage
+		if err := json.Unmarshal(m.Message, &a); err != nil {
+			t.Fatalf("transcript message %d: %v", i, err)
+		}
+		for j := range a.Content {
+			b := &a.Content[j]
+			id := fmt.Sprintf("b%d.%d", m.Seq, j)
+			switch b.Type {
+			case turnlog.BlockText:
+				if !isJSBlank(b.Text) {
+					b.Text = id
+				}
+			case turnlog.BlockThinking:
+				if b.Redacted || !isJSBlank(b.ThinkingSignature) {
+					b.ThinkingSignature = id
+				}
+				if !b.Redacted && !isJSBlank(b.Thinking) {
+					b.Thinking = id
+				}
+			case turnlog.BlockToolCall:
+				b.Arguments = json.RawMessage(fmt.Sprintf(`{"b":%q}`, id))
+			}
+		}
+		raw, err := a.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i].Message = raw
+	}
+	return out
+}
+
+// isJSBlank is JavaScript's s.trim() === "".
+func isJSBlank(s string) bool { return strings.TrimFunc(s, isJSSpace) == "" }
+
+// blockIdentity is the identity identified gave the transcript block a
+// request block comes from.
+func blockIdentity(b map[string]any) string {
+	str := func(k string) string { s, _ := b[k].(string); return s }
+	switch b["type"] {
+	case "text":
+		return str("text")
+	case "thinking":
+		if strings.HasPrefix(str("thinking"), "b") {
+			return str("thinking")
+		}
+		return str("signature")
+	case "redacted_thinking":
+		return str("data")
+	case "tool_use":
+		in, _ := b["input"].(map[string]any)
+		s, _ := in["b"].(string)
+		return s
+	}
+	return fmt.Sprintf("a %v block", b["type"])
+}

