@@ -3,6 +3,7 @@ package sessionlog
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"iter"
 	"sort"
@@ -38,7 +39,30 @@ type TurnEnd struct {
 // seen a turn/end (or the start of the log). Segments are streamed and
 // summarised as they are read, so a Head holds one line at a time, however
 // large the segments.
+//
+// A listing made while another writer creates segments may miss one made
+// just before one it shows (a directory read returns entries in its own
+// order): segments are only ever added, so a gap that a second listing
+// does not show was such a race, and one that stays is bad data.
 func (l *Log) Head(ctx context.Context) (HeadInfo, error) {
+	for attempt := 1; ; attempt++ {
+		h, err := l.head(ctx)
+		if _, gap := errors.AsType[*gapError](err); !gap || attempt == headListings {
+			return h, err
+		}
+	}
+}
+
+// headListings is how many times Head lists the segments before it reports
+// a gap between them.
+const headListings = 3
+
+// gapError marks the DataError of a gap between two segments.
+type gapError struct{ *DataError }
+
+func (e *gapError) Unwrap() error { return e.DataError }
+
+func (l *Log) head(ctx context.Context) (HeadInfo, error) {
 	segs, err := l.listSegments(ctx)
 	if err != nil {
 		return HeadInfo{}, err
@@ -106,7 +130,7 @@ func (s *segmentSummary) fold(e Event) {
 func boundaryError(seg segment, n int64, next segment) error {
 	end := seg.first + n
 	if end < next.first {
-		return &DataError{Key: next.key, Msg: fmt.Sprintf("gap: the previous segment ends at seq %d", end-1)}
+		return &gapError{&DataError{Key: next.key, Msg: fmt.Sprintf("gap: the previous segment ends at seq %d", end-1)}}
 	}
 	return &DataError{Key: next.key, Msg: fmt.Sprintf("overlap: the previous segment ends at seq %d", end-1)}
 }
