@@ -36,21 +36,9 @@ const (
 // UI_SCREENSHOTS=DIR (relative to the repository) saves the three pages.
 func TestUIInBrowser(t *testing.T) {
 	browser := findChromium(t)
-	if !controlplane.Available() && os.Getenv("CI") != "true" {
-		t.Skipf("no control plane in %s: run `make control-plane`", controlplane.Assets())
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	tl, err := turnlogtest.New(ctx, turnlogtest.WithControlPlane(controlplane.Assets()), turnlogtest.WithNamespaces("default"),
-		turnlogtest.WithPollInterval(200*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := tl.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
+	tl := controlplane.Turnlog(t, ctx)
 	importSample(ctx, t, tl)
 	waitSession(ctx, t, tl.Client, "support-chat", 22)
 	url := startUI(ctx, t, tl)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -118,19 +117,7 @@ func TestForkFromPiIsASessionFork(t *testing.T) {
 // its API server.
 func recordWithTurnlog(t *testing.T, session string) (*turnlogtest.Env, *provider, *env) {
 	t.Helper()
-	if !controlplane.Available() && os.Getenv("CI") != "true" {
-		t.Skipf("no control plane in %s: run `make control-plane`", controlplane.Assets())
-	}
-	tl, err := turnlogtest.New(context.Background(), turnlogtest.WithControlPlane(controlplane.Assets()), turnlogtest.WithNamespaces("default"),
-		turnlogtest.WithPollInterval(200*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := tl.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
+	tl := controlplane.Turnlog(t, context.Background())
 	prov := newProvider(t)
 	e := newEnv(t, prov, tl.StoreURL, nil, "default", session, "")
 	e.Vars = append(e.Vars, "TURNLOG_KUBECONFIG="+tl.Kubeconfig)

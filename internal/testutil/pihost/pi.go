@@ -190,9 +190,6 @@ func (l *lockedWriter) String() string {
 // Stderr is what pi wrote to stderr so far.
 func (p *Pi) Stderr() string { return p.stderr.String() }
 
-// Pid is pi's process id.
-func (p *Pi) Pid() int { return p.cmd.Process.Pid }
-
 // Kill kills pi and its children (SIGKILL), unless it has exited.
 func (p *Pi) Kill() {
 	select {

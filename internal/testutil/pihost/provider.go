@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -47,19 +46,8 @@ type Provider struct {
 
 // NewProvider starts a provider on 127.0.0.1; it stops with the test.
 func NewProvider(tb testing.TB) *Provider {
-	return NewProviderOn(tb, "127.0.0.1")
-}
-
-// NewProviderOn starts a provider listening on host (an address pods reach,
-// for a pi that runs in one).
-func NewProviderOn(tb testing.TB, host string) *Provider {
 	p := &Provider{tb: tb, Hanging: make(chan struct{}, 8)}
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		tb.Fatalf("fake provider: %v", err)
-	}
-	p.srv = &httptest.Server{Listener: l, Config: &http.Server{Handler: http.HandlerFunc(p.serve)}}
-	p.srv.Start()
+	p.srv = httptest.NewServer(http.HandlerFunc(p.serve))
 	tb.Cleanup(p.srv.Close)
 	return p
 }

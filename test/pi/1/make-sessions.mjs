@@ -249,39 +249,38 @@ function record(name, sm, leaf = null, body = readBack(sm.getSessionFile())) {
 // sessions before they were trees. pi's resume migrates it (readBack), and
 // so must turnlog's import.
 function recordVersion1(name, sm) {
-	const lines = readFileSync(sm.getSessionFile(), "utf8").trim().split("\n").map((l) => JSON.parse(l));
-	const index = new Map(lines.map((e, i) => [e.id, i]));
-	check(lines.every((e, i) => i === 0 || e.parentId === (i === 1 ? null : lines[i - 1].id)), `${name}: one path`);
-	const v1 = lines.map((e) => {
-		if (e.type === "session") return { ...e, version: 1 };
-		const { id, parentId, ...rest } = e;
-		if (rest.type === "compaction") {
-			rest.firstKeptEntryIndex = index.get(rest.firstKeptEntryId);
-			delete rest.firstKeptEntryId;
-		}
-		return rest;
+	recordCopy(name, sm, 1, (lines) => {
+		const index = new Map(lines.map((e, i) => [e.id, i]));
+		check(lines.every((e, i) => i === 0 || e.parentId === (i === 1 ? null : lines[i - 1].id)), `${name}: one path`);
+		return lines.map((e) => {
+			if (e.type === "session") return e;
+			const { id, parentId, ...rest } = e;
+			if (rest.type === "compaction") {
+				rest.firstKeptEntryIndex = index.get(rest.firstKeptEntryId);
+				delete rest.firstKeptEntryId;
+			}
+			return rest;
+		});
 	});
-	const file = sm.getSessionFile().replace(/\.jsonl$/, "-v1.jsonl");
-	writeFileSync(file, v1.map((e) => JSON.stringify(e)).join("\n") + "\n");
-	const ctx = buildSessionContext(readBack(file));
-	if (!ctx.model) throw new Error(`${name}: no model`);
-	const model = catalog(ctx.model.provider, ctx.model.modelId);
-	const context = convertToLlm(ctx.messages);
-	emit({ name, file, leaf: null, model: ctx.model, api: model.api, context, transformed: transformMessages(context, model) });
 }
 
 // recordVersion2 records a version-2 copy of sm's session: tree ids as
 // now, but an extension's message entry still says hookMessage, as pi
 // wrote it before version 3; pi's resume migrates it.
 function recordVersion2(name, sm) {
+	recordCopy(name, sm, 2, (lines) =>
+		lines.map((e) => (e.type === "message" && e.message.role === "custom" ? { ...e, message: { ...e.message, role: "hookMessage" } } : e)),
+	);
+}
+
+// recordCopy writes sm's session file as an older version (the header says
+// version; rewrite turns the entries into that version's) next to it, and
+// records what pi's resume of the copy gives.
+function recordCopy(name, sm, version, rewrite) {
 	const lines = readFileSync(sm.getSessionFile(), "utf8").trim().split("\n").map((l) => JSON.parse(l));
-	const v2 = lines.map((e) => {
-		if (e.type === "session") return { ...e, version: 2 };
-		if (e.type === "message" && e.message.role === "custom") return { ...e, message: { ...e.message, role: "hookMessage" } };
-		return e;
-	});
-	const file = sm.getSessionFile().replace(/\.jsonl$/, "-v2.jsonl");
-	writeFileSync(file, v2.map((e) => JSON.stringify(e)).join("\n") + "\n");
+	const copy = rewrite(lines).map((e) => (e.type === "session" ? { ...e, version } : e));
+	const file = sm.getSessionFile().replace(/\.jsonl$/, `-v${version}.jsonl`);
+	writeFileSync(file, copy.map((e) => JSON.stringify(e)).join("\n") + "\n");
 	const ctx = buildSessionContext(readBack(file));
 	if (!ctx.model) throw new Error(`${name}: no model`);
 	const model = catalog(ctx.model.provider, ctx.model.modelId);
