@@ -76,14 +76,15 @@ type rawLog struct {
 }
 
 // readRawLog reads the whole log, as `turnlog export` does, and
-// assembles it in this process for its partials: the raw log is the
-// source of truth, and a stopped turn's text is never in the transcript.
+// assembles it in this process for its partials as it reads, holding only
+// the open turn's stream: the raw log is the source of truth, and a
+// stopped turn's text is never in the transcript.
 func readRawLog(ctx context.Context, log *agenthost.Log) (*rawLog, error) {
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(cmdkit.Export(ctx, log, pw)) }()
 	defer pr.Close()
 	out := &rawLog{turnOf: map[int64]int64{}, turns: map[int64]*turnView{}}
-	var events []turnlog.Event
+	a := assembler.New(turnlog.Adapter{})
 	r := turnlog.NewReaderWith(pr, nil)
 	for {
 		e, err := r.Next()
@@ -103,9 +104,9 @@ func readRawLog(ctx context.Context, log *agenthost.Log) (*rawLog, error) {
 				t.CutSeq, t.Reason = e.Seq, string(end.Reason)
 			}
 		}
-		events = append(events, e)
+		out.partials = append(out.partials, a.Add(&e).Partials...)
 	}
-	out.partials = assembler.AssembleLog(events).Partials
+	out.partials = append(out.partials, a.Flush().Partials...)
 	return out, nil
 }
 
