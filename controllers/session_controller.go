@@ -456,7 +456,13 @@ func trigger(session *turnlogv1.Session, inv worker.Invocation) string {
 // workerInvocation is what the Session's worker runs of task are told,
 // from its spec, its store and its location.
 func workerInvocation(session *turnlogv1.Session, task derived.Task, storeURL string, loc sessionlog.Location) worker.Invocation {
-	return worker.Invocation{Task: task, StoreURL: storeURL, Location: loc, Target: adapterOf(session.Spec.Adapter)}
+	inv := worker.Invocation{Task: task, StoreURL: storeURL, Location: loc, Target: adapterOf(session.Spec.Adapter)}
+	if from := session.Spec.ForkedFrom; from != nil && task == derived.TaskReplay && inv.Target.DropsRefused() {
+		// The responses through the cut were requested by the source's
+		// host, from its transcript (docs/log-format.md).
+		inv.SentKeptThrough = from.CutSeq
+	}
+	return inv
 }
 
 // position is what makes a run unique: the head assembly catches up with,
@@ -497,7 +503,7 @@ func (r *SessionReconciler) patchStatus(ctx context.Context, s *sessionScope, re
 }
 
 func adapterOf(a turnlogv1.Adapter) turnlog.Adapter {
-	return turnlog.Adapter{Kind: a.Kind, API: a.API, Provider: a.Provider, Model: a.Model, ReleaseLine: a.ReleaseLine}
+	return turnlog.Adapter{Kind: a.Kind, API: a.API, Provider: a.Provider, Model: a.Model, ReleaseLine: a.ReleaseLine, RefusedBlocks: a.RefusedBlocks}
 }
 
 // Permissions on Sessions.

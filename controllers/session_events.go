@@ -78,7 +78,7 @@ func (r *SessionReconciler) replayEvents(session *turnlogv1.Session, rep *derive
 			continue
 		case replay.CodeReplayStateRefused, replay.CodeRefusalUnmapped:
 			r.Recorder.Eventf(messageRef(session, d.Seq), nil, "Warning", turnlogv1.EventReplayStateRefused, "Replay", "%s",
-				derived.Truncate(fmt.Sprintf("seq %d for %s: %s; replayed as pi replays it, the block kept", d.Seq, adapter, d.Message), maxNote))
+				derived.Truncate(fmt.Sprintf("seq %d for %s: %s", d.Seq, adapter, d.Message), maxNote))
 			continue
 		}
 		r.Recorder.Eventf(messageRef(session, d.Seq), nil, "Warning", turnlogv1.EventReplayDegraded, "Replay", "%s",

@@ -57,8 +57,9 @@ func (r *SessionReconciler) applyReplay(s *sessionScope) {
 	c := rep.Replay
 	summary := &turnlogv1.ReplaySummary{
 		ThroughSeq: rep.ThroughSeq,
-		Adapter:    turnlogv1.Adapter{Kind: c.Target.Kind, API: c.Target.API, Provider: c.Target.Provider, Model: c.Target.Model, ReleaseLine: c.Target.ReleaseLine},
-		Native:     c.Native, Foreign: c.Foreign, Degraded: c.Degraded,
+		Adapter: turnlogv1.Adapter{Kind: c.Target.Kind, API: c.Target.API, Provider: c.Target.Provider, Model: c.Target.Model, ReleaseLine: c.Target.ReleaseLine,
+			RefusedBlocks: c.Target.RefusedBlocks},
+		Native: c.Native, Foreign: c.Foreign, Degraded: c.Degraded,
 		OrphanToolResults: c.OrphanToolResults,
 		ContextMessages:   c.ContextMessages, LastCompactionSeq: c.LastCompactionSeq,
 		Compactions: c.Compactions, ContextEdits: c.Edits,
@@ -70,6 +71,7 @@ func (r *SessionReconciler) applyReplay(s *sessionScope) {
 			EndUserBindingMismatch:      c.Refused["end_user_binding_mismatch"],
 			Other:                       c.Refused[string(replay.CauseOtherReason)],
 			Unmapped:                    c.RefusalsUnmapped,
+			Dropped:                     c.RefusedDropped,
 		},
 		RefusedSeqs: turnlogv1.RefusedSeqs{
 			PrefixBindingMismatch:       capSeqs(c.RefusedSeqs["prefix_binding_mismatch"]),

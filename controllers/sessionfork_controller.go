@@ -304,10 +304,14 @@ func (r *SessionForkReconciler) reconcileChild(ctx context.Context, s *forkScope
 	}
 	labels[turnlogv1.LabelForkSource] = s.source.Name
 	labels[turnlogv1.LabelFork] = s.fork.Name
+	adapter := s.source.Spec.Adapter
+	if v := s.fork.Spec.Target.RefusedBlocks; v != "" {
+		adapter.RefusedBlocks = v
+	}
 	child := &turnlogv1.Session{
 		ObjectMeta: metav1.ObjectMeta{Name: childName(s.fork), Namespace: s.fork.Namespace, Labels: labels},
 		Spec: turnlogv1.SessionSpec{
-			Adapter:   s.source.Spec.Adapter,
+			Adapter:   adapter,
 			Storage:   s.source.Spec.Storage, // CopyPrefix copies inside one store
 			Retention: s.source.Spec.Retention,
 			ForkedFrom: &turnlogv1.ForkOrigin{

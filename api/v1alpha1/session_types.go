@@ -32,7 +32,24 @@ type Adapter struct {
 	// +kubebuilder:validation:Enum="1";"0.73"
 	// +optional
 	ReleaseLine string `json:"releaseLine,omitempty"`
+	// RefusedBlocks says what replay does with a thinking block the
+	// provider refused (status.replay.refused): "Keep" (the default)
+	// sends it again, as pi does, byte for byte with the release line;
+	// "Drop" leaves that one block out of the transcript, as unusable
+	// replay state is left out, with a ReplayStateRefused Event, so a host
+	// resuming from the transcript never sends it twice. The message's
+	// other blocks, signed ones included, are kept. Changing it replays
+	// the Session again.
+	// +kubebuilder:validation:Enum=Keep;Drop
+	// +optional
+	RefusedBlocks string `json:"refusedBlocks,omitempty"`
 }
+
+// The choices of Adapter.RefusedBlocks.
+const (
+	RefusedBlocksKeep = "Keep"
+	RefusedBlocksDrop = "Drop"
+)
 
 // DefaultStore is the store of a Session that names none.
 const DefaultStore = "default"
@@ -188,6 +205,10 @@ type RefusedCounts struct {
 	// transcript (the request was not laid out as replay lays it out).
 	// +optional
 	Unmapped int64 `json:"unmapped,omitempty"`
+	// Dropped counts the refused blocks the transcript leaves out
+	// (spec.adapter.refusedBlocks: Drop).
+	// +optional
+	Dropped int64 `json:"dropped,omitempty"`
 }
 
 // RefusedSeqs lists the seqs of messages with refused blocks by reason,

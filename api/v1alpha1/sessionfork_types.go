@@ -26,6 +26,12 @@ type ForkTarget struct {
 	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$') && size(k.split('/')[size(k.split('/'))-1]) <= 63 && (size(k.split('/')) == 1 || size(k.split('/')[0]) <= 253))",message="target.labels keys must be Kubernetes label keys: an optional DNS subdomain prefix (at most 253 characters) and '/', then a name of at most 63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric"
 	// +optional
 	Labels map[string]LabelValue `json:"labels,omitempty"`
+	// RefusedBlocks sets the child's spec.adapter.refusedBlocks; the
+	// source's when empty. "Drop" gives a child whose transcript leaves
+	// out the thinking blocks the provider refused before the cut.
+	// +kubebuilder:validation:Enum=Keep;Drop
+	// +optional
+	RefusedBlocks string `json:"refusedBlocks,omitempty"`
 }
 
 // LabelValue is a Kubernetes label value.

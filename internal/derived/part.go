@@ -94,7 +94,10 @@ type partHeader struct {
 	Synthetic []bool        `json:"synthetic"`
 	// Origins is absent from parts that no message with an origin was ever
 	// in (every part written before there were context events).
-	Origins     []string            `json:"origins,omitempty"`
+	Origins []string `json:"origins,omitempty"`
+	// Dropped lists each message's replay.Message.DroppedBlocks; absent
+	// from parts no such message was ever in.
+	Dropped     [][]int             `json:"dropped,omitempty"`
 	Bytes       []int               `json:"bytes"`
 	Diagnostics []replay.Diagnostic `json:"diagnostics"`
 }
@@ -109,6 +112,22 @@ func (h *partHeader) origin(i int) string {
 		return ""
 	}
 	return h.Origins[i]
+}
+
+// dropped is the i-th message's dropped blocks.
+func (h *partHeader) dropped(i int) []int {
+	if h.Dropped == nil {
+		return nil
+	}
+	return h.Dropped[i]
+}
+
+// droppedColumn is the Dropped column, n messages long when one is needed.
+func droppedColumn(h *partHeader) [][]int {
+	if h.Dropped == nil {
+		return make([][]int, h.count())
+	}
+	return h.Dropped
 }
 
 // origins is the Origins column, n messages long when one is needed.
@@ -134,13 +153,19 @@ func (h *partHeader) add(m replay.Message, n int) {
 	if h.Origins != nil {
 		h.Origins = append(h.Origins, m.Origin)
 	}
+	if len(m.DroppedBlocks) > 0 && h.Dropped == nil {
+		h.Dropped = make([][]int, h.count()-1, h.count())
+	}
+	if h.Dropped != nil {
+		h.Dropped = append(h.Dropped, m.DroppedBlocks)
+	}
 }
 
 // columnsAgree reports whether every column lists every message.
 func (h *partHeader) columnsAgree() bool {
 	n := h.count()
 	return len(h.Roles) == n && len(h.Replay) == n && len(h.Synthetic) == n && len(h.Bytes) == n &&
-		(h.Origins == nil || len(h.Origins) == n)
+		(h.Origins == nil || len(h.Origins) == n) && (h.Dropped == nil || len(h.Dropped) == n)
 }
 
 // part is a part in memory: its header and its message lines.
@@ -205,6 +230,10 @@ func merge(a, b *part) *part {
 	if x.Origins != nil || y.Origins != nil {
 		originsColumn = slices.Concat(origins(x), origins(y))
 	}
+	var dropped [][]int
+	if x.Dropped != nil || y.Dropped != nil {
+		dropped = slices.Concat(droppedColumn(x), droppedColumn(y))
+	}
 	return &part{
 		header: partHeader{
 			Start:       x.Start,
@@ -213,6 +242,7 @@ func merge(a, b *part) *part {
 			Replay:      slices.Concat(x.Replay, y.Replay),
 			Synthetic:   slices.Concat(x.Synthetic, y.Synthetic),
 			Origins:     originsColumn,
+			Dropped:     dropped,
 			Bytes:       slices.Concat(x.Bytes, y.Bytes),
 			Diagnostics: slices.Concat(x.Diagnostics, y.Diagnostics),
 		},
@@ -249,7 +279,7 @@ func decodePart(data []byte, ref PartRef) (*part, error) {
 	}
 	h := &p.header
 	if !h.columnsAgree() {
-		return nil, fmt.Errorf("line 1: the header lists %d seqs, %d roles, %d replay modes, %d synthetic flags, %d origins and %d lengths", len(h.Seqs), len(h.Roles), len(h.Replay), len(h.Synthetic), len(h.Origins), len(h.Bytes))
+		return nil, fmt.Errorf("line 1: the header lists %d seqs, %d roles, %d replay modes, %d synthetic flags, %d origins, %d dropped-block lists and %d lengths", len(h.Seqs), len(h.Roles), len(h.Replay), len(h.Synthetic), len(h.Origins), len(h.Dropped), len(h.Bytes))
 	}
 	if h.Start != ref.Start || int64(h.count()) != ref.Count || int64(len(body)) != ref.Bytes {
 		return nil, fmt.Errorf("line 1: the part holds %d messages (%d bytes) from message %d; the checkpoint lists %d (%d bytes) from %d",
@@ -275,7 +305,7 @@ func (p *part) appendMessages(out []replay.Message) []replay.Message {
 	h, off := &p.header, 0
 	for i, n := range h.Bytes {
 		out = append(out, replay.Message{Seq: h.Seqs[i], Role: h.Roles[i], Replay: h.Replay[i], Synthetic: h.Synthetic[i],
-			Origin: h.origin(i), Message: json.RawMessage(p.body[off : off+n : off+n])})
+			Origin: h.origin(i), DroppedBlocks: h.dropped(i), Message: json.RawMessage(p.body[off : off+n : off+n])})
 		off += n + 1
 	}
 	return out

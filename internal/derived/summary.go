@@ -85,6 +85,9 @@ type ReplayCounts struct {
 	Refused          map[string]int64   `json:"refused,omitempty"`
 	RefusedSeqs      map[string][]int64 `json:"refusedSeqs,omitempty"`
 	RefusalsUnmapped int64              `json:"refusalsUnmapped,omitempty"`
+	// RefusedDropped counts the refused blocks a target that drops them
+	// (turnlog.Adapter.DropsRefused) has left out of the transcript.
+	RefusedDropped int64 `json:"refusedDropped,omitempty"`
 	// ContextMessages is how many messages the stored transcript holds:
 	// what the next request is built from.
 	ContextMessages int64 `json:"contextMessages"`
@@ -271,7 +274,7 @@ func (s Summary) Check(head int64) error {
 				return bad("context event seq %d", seq)
 			}
 		}
-		if len(c.Refused) > len(replay.RefusalReasons)+1 || len(c.RefusedSeqs) > len(c.Refused) || c.RefusalsUnmapped < 0 {
+		if len(c.Refused) > len(replay.RefusalReasons)+1 || len(c.RefusedSeqs) > len(c.Refused) || c.RefusalsUnmapped < 0 || c.RefusedDropped < 0 {
 			return bad("refusals of %d reasons, %d listed, %d unmapped", len(c.Refused), len(c.RefusedSeqs), c.RefusalsUnmapped)
 		}
 		for reason, n := range c.Refused {

@@ -21,9 +21,14 @@ import (
 // release line is part of the target: transcripts stored before targets had
 // one followed 0.73's rules, so every target hashes its line, an empty one
 // included, and such a Session is replayed again under its line's rules.
+// A target that drops refused blocks has its own transcript too; one that
+// keeps them hashes as targets did before the choice existed.
 func TranscriptDir(target turnlog.Adapter) string {
-	sum := sha256.Sum256([]byte(target.Kind + "\x00" + target.API + "\x00" + target.Provider + "\x00" + target.Model +
-		"\x00line=" + target.ReleaseLine))
+	key := target.Kind + "\x00" + target.API + "\x00" + target.Provider + "\x00" + target.Model + "\x00line=" + target.ReleaseLine
+	if target.DropsRefused() {
+		key += "\x00refused=" + turnlog.RefusedBlocksDrop
+	}
+	sum := sha256.Sum256([]byte(key))
 	return "transcript/" + hex.EncodeToString(sum[:8])
 }
 

@@ -62,12 +62,19 @@ type ContextState struct {
 	// the last maxRefusalsKept of them: a later response that reports one
 	// again does not report it anew.
 	Refused []Refusal `json:"refused,omitempty"`
+	// Dropped are the refused blocks a target that drops them left out of
+	// the transcript; a message the context gets again (from the log,
+	// after a compaction or an edit, one that reaches back before the
+	// context included) leaves them out again. A compaction does not
+	// forget them: the provider refuses such a block wherever it is sent.
+	Dropped []BlockRef `json:"dropped,omitempty"`
 }
 
 // ContextState returns where the context starts and what edits left out of
 // it, for the next replay to resume with.
 func (b *Builder) ContextState() ContextState {
-	return ContextState{KeptFrom: b.ctx.KeptFrom, Removed: slices.Clone(b.ctx.Removed), Refused: slices.Clone(b.ctx.Refused)}
+	return ContextState{KeptFrom: b.ctx.KeptFrom, Removed: slices.Clone(b.ctx.Removed), Refused: slices.Clone(b.ctx.Refused),
+		Dropped: slices.Clone(b.ctx.Dropped)}
 }
 
 // keepFrom moves the context's start to seq: what an edit left out before it
@@ -75,6 +82,13 @@ func (b *Builder) ContextState() ContextState {
 func (s *ContextState) keepFrom(seq int64) {
 	s.KeptFrom = seq
 	s.Removed = slices.DeleteFunc(s.Removed, func(r int64) bool { return r < seq })
+}
+
+// forgetBlocks forgets what was refused of the message at seq, which an
+// edit replaces: its new content is what is sent from now on.
+func (s *ContextState) forgetBlocks(seq int64) {
+	s.Refused = slices.DeleteFunc(s.Refused, func(r Refusal) bool { return r.Seq == seq })
+	s.Dropped = slices.DeleteFunc(s.Dropped, func(r BlockRef) bool { return r.Seq == seq })
 }
 
 // Err reports a failure to read the stored transcript (Options.Prior) that
@@ -256,6 +270,7 @@ func (b *Builder) applyEdit(it turnItem) {
 	if target < b.ctx.KeptFrom {
 		return
 	}
+	b.ctx.forgetBlocks(target)
 	if slices.Contains(b.ctx.Removed, target) {
 		if replacement != nil && b.rebuildFromLog(it, b.ctx.KeptFrom) {
 			b.result.Context.Edits++
@@ -336,6 +351,7 @@ func (b *Builder) edited(m Message, replacement json.RawMessage, editSeq int64, 
 		}
 		return m
 	}
+	out.DroppedBlocks = nil
 	return out
 }
 

@@ -190,13 +190,17 @@ type layoutBlock struct {
 // none is left out), and with managed effort the effort system messages
 // are inserted. Message threads (a continued thread sends only the
 // messages after the thread's prefix) are not laid out.
-func BuildAnthropicLayout(msgs []Message, opts AnthropicLayout) (RequestLayout, error) {
+//
+// A message's blocks that replay left out (Message.DroppedBlocks) are laid
+// out as sent when withDropped is set: the request of a host that kept
+// them, as pi does.
+func BuildAnthropicLayout(msgs []Message, opts AnthropicLayout, withDropped bool) (RequestLayout, error) {
 	var c layoutCache
 	entries, err := c.entries(msgs)
 	if err != nil {
 		return nil, err
 	}
-	return layoutOf(entries, opts), nil
+	return layoutOf(entries, opts, withDropped), nil
 }
 
 // layoutEntry is what request building reads of one transcript message.
@@ -210,8 +214,10 @@ type layoutEntry struct {
 	// user messages: whether it converts to a request message.
 	sent bool
 	// assistant messages: the blocks sent, which blocks are thinking, and
-	// the source and effort that place an effort message before it.
+	// the source and effort that place an effort message before it;
+	// indexes count the blocks replay left out (dropped) too.
 	blocks        []int
+	dropped       []int
 	thinking      []bool
 	api, provider string
 	effort        bool
@@ -280,8 +286,23 @@ func describe(m Message) (layoutEntry, error) {
 				return layoutEntry{}, err
 			}
 		}
-		e.thinking = make([]bool, len(blocks))
-		for j, b := range blocks {
+		// The entry counts blocks as the message was before replay left
+		// refused ones out (Message.DroppedBlocks): a refused block was a
+		// signed thinking block, sent.
+		e.thinking = make([]bool, len(blocks)+len(m.DroppedBlocks))
+		next := 0
+		for j := range e.thinking {
+			if slices.Contains(m.DroppedBlocks, j) {
+				e.thinking[j] = true
+				e.blocks = append(e.blocks, j)
+				e.dropped = append(e.dropped, j)
+				continue
+			}
+			if next == len(blocks) {
+				return layoutEntry{}, fmt.Errorf("droppedBlocks %v do not fit %d blocks", m.DroppedBlocks, len(blocks))
+			}
+			b := blocks[next]
+			next++
 			e.thinking[j] = b.Type == turnlog.BlockThinking
 			switch b.Type {
 			case turnlog.BlockText:
@@ -303,8 +324,9 @@ func describe(m Message) (layoutEntry, error) {
 	return e, nil
 }
 
-// layoutOf lays out the request built from the transcript's entries.
-func layoutOf(entries []layoutEntry, opts AnthropicLayout) RequestLayout {
+// layoutOf lays out the request built from the transcript's entries, the
+// blocks replay left out sent if withDropped.
+func layoutOf(entries []layoutEntry, opts AnthropicLayout, withDropped bool) RequestLayout {
 	// resolveTranscript and getInitialSystemMessage: without mid-
 	// conversation system messages, every system message is folded into
 	// the leading one; either way the leading one is the system prompt.
@@ -329,15 +351,17 @@ func layoutOf(entries []layoutEntry, opts AnthropicLayout) RequestLayout {
 				push(nil, false)
 			}
 		case "assistant":
-			if len(e.blocks) == 0 {
+			refs := make([]*BlockRef, 0, len(e.blocks))
+			for _, j := range e.blocks {
+				if withDropped || !slices.Contains(e.dropped, j) {
+					refs = append(refs, &BlockRef{Seq: e.seq, Block: j})
+				}
+			}
+			if len(refs) == 0 {
 				continue
 			}
 			for ; pending > 0; pending-- {
 				push(nil, false)
-			}
-			refs := make([]*BlockRef, len(e.blocks))
-			for k, j := range e.blocks {
-				refs[k] = &BlockRef{Seq: e.seq, Block: j}
 			}
 			push(refs, opts.EffortProvider != "" && e.api == "anthropic-messages" && e.provider == opts.EffortProvider && e.effort)
 		case "toolResult":
@@ -462,7 +486,10 @@ func (b *Builder) readRefusals(seq int64, m *turnlog.AssistantMessage) {
 		return
 	}
 	entries, err := b.layouts.entries(transcript)
-	layout := layoutOf(entries, LayoutOf(m))
+	// The request was built from the transcript as the host held it: pi
+	// keeps every block; a host resuming from a transcript that drops them
+	// sent it without.
+	layout := layoutOf(entries, LayoutOf(m), !b.target.DropsRefused() || seq <= b.opts.SentKeptThrough)
 	for _, t := range dropped {
 		if err != nil {
 			unmapped(t, err.Error())
@@ -484,10 +511,101 @@ func (b *Builder) readRefusals(seq int64, m *turnlog.AssistantMessage) {
 		if len(b.ctx.Refused) > maxRefusalsKept {
 			b.ctx.Refused = slices.Delete(b.ctx.Refused, 0, len(b.ctx.Refused)-maxRefusalsKept)
 		}
+		// The outcome goes first: a summary keeps a diagnostic's first
+		// 150 bytes.
+		outcome := "kept, as pi keeps it"
+		if b.target.DropsRefused() {
+			outcome = "left out of the transcript"
+			if !b.drop(ref) {
+				outcome = "no longer in the transcript"
+			}
+		}
 		b.diagnose(Diagnostic{Code: CodeReplayStateRefused, Seq: ref.Seq, Cause: refusalCause(t.Reason),
-			Message: fmt.Sprintf("thinking block %d of seq %d refused by %s (%s): dropped at %s, reported at seq %d",
-				ref.Block, ref.Seq, m.Provider, t.Reason, t.Path, seq)})
+			Message: fmt.Sprintf("thinking block %d of seq %d %s: refused by %s (%s) at %s, reported at seq %d",
+				ref.Block, ref.Seq, outcome, m.Provider, t.Reason, t.Path, seq)})
 	}
+}
+
+// drop leaves a refused block out of the transcript, for a target that
+// drops refused blocks: the one block degrades, as unusable replay state
+// does on pi-ai 1.x (another model's thinking is dropped), and the
+// message's other blocks, signed ones included, are kept. It reports
+// whether the transcript holds the message (a compaction may have left it
+// out since).
+func (b *Builder) drop(ref BlockRef) bool {
+	if slices.Contains(b.ctx.Dropped, ref) {
+		return true
+	}
+	if !b.loadPrior() {
+		return false
+	}
+	i := slices.IndexFunc(b.result.Messages, func(m Message) bool { return m.Seq == ref.Seq && m.Role == "assistant" })
+	if i < 0 {
+		return false
+	}
+	b.ctx.Dropped = append(b.ctx.Dropped, ref)
+	b.result.Messages[i] = b.withDrops(b.result.Messages[i])
+	return true
+}
+
+// withDrops returns m without the blocks of it the context's Dropped
+// names and m does not leave out yet.
+func (b *Builder) withDrops(m Message) Message {
+	if m.Role != "assistant" {
+		return m
+	}
+	var add []int
+	for _, r := range b.ctx.Dropped {
+		if r.Seq == m.Seq && !slices.Contains(m.DroppedBlocks, r.Block) {
+			add = append(add, r.Block)
+		}
+	}
+	if len(add) == 0 {
+		return m
+	}
+	var a turnlog.AssistantMessage
+	if err := a.UnmarshalJSON(m.Message); err != nil {
+		panic(fmt.Sprintf("replay: decode the assistant message at seq %d it encoded: %v", m.Seq, err))
+	}
+	// Indexes count the blocks as they were before any was left out: a
+	// block's place now is its index less the dropped ones before it.
+	keep := make([]bool, len(a.Content))
+	for k := range keep {
+		keep[k] = true
+	}
+	var dropped []int
+	for _, j := range add {
+		now := j
+		for _, d := range m.DroppedBlocks {
+			if d < j {
+				now--
+			}
+		}
+		if now < 0 || now >= len(a.Content) || a.Content[now].Type != turnlog.BlockThinking {
+			// Not the block that was refused (the context was built
+			// otherwise since): leave the message as it is.
+			continue
+		}
+		keep[now] = false
+		dropped = append(dropped, j)
+	}
+	if len(dropped) == 0 {
+		return m
+	}
+	if env, err := turnlog.ParseReplayEnvelope(a.ReplayState); err == nil && env.HasBlocks && len(env.Blocks) == len(a.Content) {
+		if pruned, err := env.KeepBlocks(keep); err == nil {
+			a.ReplayState = pruned
+		}
+	}
+	content := a.Content[:0:0]
+	for k, c := range a.Content {
+		if keep[k] {
+			content = append(content, c)
+		}
+	}
+	a.Content = content
+	m.DroppedBlocks = slices.Sorted(slices.Values(slices.Concat(m.DroppedBlocks, dropped)))
+	return encode(m, a)
 }
 
 // thinkingAt checks that ref names a thinking block of an assistant message

@@ -98,7 +98,7 @@ func TestRequestLayoutMatchesPiAI(t *testing.T) {
 		if got.Error != "" {
 			t.Fatalf("%s: pi-ai built no request: %s", req.name, got.Error)
 		}
-		layout, err := replay.BuildAnthropicLayout(req.transcript, req.layout)
+		layout, err := replay.BuildAnthropicLayout(req.transcript, req.layout, true)
 		if err != nil {
 			t.Fatalf("%s: %v", req.name, err)
 		}

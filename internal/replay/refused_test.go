@@ -174,3 +174,154 @@ func TestRefusalAfterACompaction(t *testing.T) {
 		t.Errorf("diagnostics %q, want %q", got, want)
 	}
 }
+
+// dropTarget is the session's model, dropping refused blocks.
+var dropTarget = turnlog.Adapter{RefusedBlocks: turnlog.RefusedBlocksDrop}
+
+// twoThoughts answers with two signed thinking blocks, then text.
+func twoThoughts(thought, answer, extra string) string {
+	return fmt.Sprintf(`{"content":[{"type":"thinking","thinking":%q,"thinkingSignature":"sig-%s"},{"type":"thinking","thinking":"%s-b","thinkingSignature":"sig-%s-b"},{"type":"text","text":%q}],%s,"stopReason":"stop"%s}`,
+		thought, thought, thought, thought, answer, sameModel, extra)
+}
+
+func TestDroppedRefusedBlocks(t *testing.T) {
+	const prefix = "prefix_binding_mismatch"
+	dropped := func(path string) string { return report([3]string{"thinking_dropped", path, prefix}) }
+	// Seq 3 has two signed thoughts; turn 2's response (seq 7) reports the
+	// first refused; turn 3's (seq 11) reports messages.1.content.0 again:
+	// seq 3's first thought in a request that kept it, its second in one
+	// built from the transcript without it.
+	log := seqLog(sessionStart,
+		turnStart(1), user(1, "q1"), hostMessage(1, 0, twoThoughts("t1", "a1", "")), turnEnd(1, "stop"),
+		turnStart(2), user(2, "q2"), hostMessage(2, 0, signedAnswer("t2", "a2", dropped("messages.1.content.0"))), turnEnd(2, "stop"),
+		turnStart(3), user(3, "q3"), hostMessage(3, 0, signedAnswer("t3", "a3", dropped("messages.1.content.0"))), turnEnd(3, "stop"))
+	for _, tc := range []struct {
+		name     string
+		opts     replay.Options
+		want     []string // seq: content of each assistant message
+		dropped  [][]int  // DroppedBlocks of each assistant message
+		diagnose []string
+	}{
+		{"kept, as pi keeps them", replay.Options{},
+			[]string{"t1 t1-b a1", "t2 a2", "t3 a3"}, [][]int{nil, nil, nil},
+			[]string{"3 block 0 of seq 3 kept, as pi keeps it"}},
+		{"dropped: the host sent the transcript without the dropped block", replay.Options{Target: dropTarget},
+			[]string{"a1", "t2 a2", "t3 a3"}, [][]int{{0, 1}, nil, nil},
+			[]string{"3 block 0 of seq 3 left out of the transcript", "3 block 1 of seq 3 left out of the transcript"}},
+		{"dropped, requested with every block kept through a fork's cut", replay.Options{Target: dropTarget, SentKeptThrough: 12},
+			[]string{"t1-b a1", "t2 a2", "t3 a3"}, [][]int{{0}, nil, nil},
+			[]string{"3 block 0 of seq 3 left out of the transcript"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, diags := run(t, log, tc.opts)
+			var got []string
+			var gotDropped [][]int
+			for _, m := range res.Messages {
+				if m.Role != "assistant" {
+					continue
+				}
+				var a turnlog.AssistantMessage
+				if err := a.UnmarshalJSON(m.Message); err != nil {
+					t.Fatal(err)
+				}
+				var words []string
+				for _, c := range a.Content {
+					words = append(words, c.Thinking+c.Text)
+					// every block kept keeps its signature
+					if c.Type == turnlog.BlockThinking && c.ThinkingSignature != "sig-"+c.Thinking {
+						t.Errorf("seq %d block %q signed %q", m.Seq, c.Thinking, c.ThinkingSignature)
+					}
+				}
+				got = append(got, strings.Join(words, " "))
+				gotDropped = append(gotDropped, m.DroppedBlocks)
+				if m.Replay != replay.Native {
+					t.Errorf("seq %d replays %s, want native: its other blocks are still usable", m.Seq, m.Replay)
+				}
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("assistant messages %q, want %q", got, tc.want)
+			}
+			if fmt.Sprint(gotDropped) != fmt.Sprint(tc.dropped) {
+				t.Errorf("droppedBlocks %v, want %v", gotDropped, tc.dropped)
+			}
+			var gotDiags []string
+			for _, d := range diags {
+				head, _, _ := strings.Cut(d.Message, ":")
+				gotDiags = append(gotDiags, fmt.Sprintf("%d %s", d.Seq, strings.TrimPrefix(head, "thinking ")))
+			}
+			if !slices.Equal(gotDiags, tc.diagnose) {
+				t.Errorf("diagnostics %q, want %q", gotDiags, tc.diagnose)
+			}
+			if res.Counts.Degraded != 0 {
+				t.Errorf("%d messages degraded, want none: a dropped block is not a degraded message", res.Counts.Degraded)
+			}
+		})
+	}
+}
+
+// A block left out stays out when the context is built again from the log
+// (a compaction reaching back, an edit), and across a resumed replay; an
+// edit of the message sends its new content whole.
+func TestDroppedBlocksStayDropped(t *testing.T) {
+	refuse := report([3]string{"thinking_dropped", "messages.1.content.0", "prefix_binding_mismatch"})
+	base := []string{sessionStart,
+		turnStart(1), user(1, "q1"), hostMessage(1, 0, twoThoughts("t1", "a1", "")), turnEnd(1, "stop"), // 3
+		turnStart(2), user(2, "q2"), hostMessage(2, 0, signedAnswer("t2", "a2", refuse)), turnEnd(2, "stop"), // 7
+		`{"type":"context/compaction","content":[{"type":"text","text":"Earlier."}],"firstKeptSeq":6,"tokensBefore":100}`, // 9
+	}
+	firstMessage := func(t *testing.T, res replay.Result, seq int64) string {
+		t.Helper()
+		for _, m := range res.Messages {
+			if m.Seq == seq && m.Role == "assistant" {
+				return content(t, m)
+			}
+		}
+		return "(not in the transcript)"
+	}
+	t.Run("a compaction reaching back", func(t *testing.T) {
+		log := seqLog(append(slices.Clone(base),
+			`{"type":"context/compaction","content":[{"type":"text","text":"All."}],"firstKeptSeq":2,"tokensBefore":100}`)...) // 10
+		res, _ := run(t, log, replay.Options{Target: dropTarget, Reread: replay.RereadBytes([]byte(log))})
+		if c := firstMessage(t, res, 3); strings.Contains(c, `"t1"`) || !strings.Contains(c, "t1-b") {
+			t.Errorf("seq 3 after the context was read again: %s; want its refused block still left out", c)
+		}
+	})
+	t.Run("an edit of the message", func(t *testing.T) {
+		log := seqLog(sessionStart,
+			turnStart(1), user(1, "q1"), hostMessage(1, 0, twoThoughts("t1", "a1", "")), turnEnd(1, "stop"),
+			turnStart(2), user(2, "q2"), hostMessage(2, 0, signedAnswer("t2", "a2", refuse)), turnEnd(2, "stop"),
+			`{"type":"context/edit","targetSeq":3,"replacement":{"content":"a1, shorter"}}`)
+		res, _ := run(t, log, replay.Options{Target: dropTarget, Reread: replay.RereadBytes([]byte(log))})
+		for _, m := range res.Messages {
+			if m.Seq == 3 && len(m.DroppedBlocks) > 0 {
+				t.Errorf("the edited message still says blocks %v were left out", m.DroppedBlocks)
+			}
+		}
+		if c := firstMessage(t, res, 3); !strings.Contains(c, "a1, shorter") {
+			t.Errorf("seq 3 after its edit: %s", c)
+		}
+	})
+	t.Run("a resumed replay", func(t *testing.T) {
+		log := seqLog(append(base[:len(base)-1],
+			turnStart(3), user(3, "q3"), hostMessage(3, 0, signedAnswer("t3", "a3", "")), turnEnd(3, "stop"))...)
+		events := readAll(t, log)
+		first := replay.NewBuilder(replay.Options{Target: dropTarget, Through: replay.Head})
+		for i := range events[:9] {
+			first.Add(&events[i])
+		}
+		stored, open := first.Checkpoint()
+		if c := firstMessage(t, stored, 3); strings.Contains(c, `"t1"`) {
+			t.Fatalf("seq 3 as stored: %s; want its refused block left out", c)
+		}
+		target := turnlog.Adapter{Kind: turnlog.EnvelopeKindPiAI, API: "anthropic-messages", Provider: "anthropic", Model: "claude",
+			RefusedBlocks: turnlog.RefusedBlocksDrop}
+		b := replay.NewBuilder(replay.Options{Target: target, Through: replay.Head, Open: open, Context: first.ContextState(),
+			Prior: func() ([]replay.Message, error) { return stored.Messages, nil }})
+		for i := 9; i < len(events); i++ {
+			b.Add(&events[i])
+		}
+		if ctx := b.ContextState(); len(ctx.Dropped) != 1 || ctx.Dropped[0] != (replay.BlockRef{Seq: 3, Block: 0}) {
+			t.Errorf("context state %+v, want seq 3's block 0 dropped", ctx)
+		}
+	})
+}

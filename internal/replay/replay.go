@@ -82,7 +82,8 @@ const CodeInvalidReplayState = "INVALID_REPLAY_STATE"
 // provider refused (CodeReplayStateRefused, the provider's reason as
 // Cause, the refused message's Seq), or a refusal replay could not map to
 // a block (CodeRefusalUnmapped, CauseUnmapped, the reporting response's
-// Seq). Refusals degrade nothing: pi replays the refused blocks.
+// Seq). Refusals degrade nothing unless the target drops refused blocks
+// (turnlog.Adapter.DropsRefused): pi replays the refused blocks.
 type Diagnostic struct {
 	Code    string `json:"code"`
 	Seq     int64  `json:"seq"`
@@ -120,6 +121,13 @@ type Options struct {
 	// the context (see "The context events" in context.go) reads them
 	// through it; without it, such an event fails the replay (Builder.Err).
 	Reread func(from int64, read func(turnlog.Source) error) error
+	// SentKeptThrough, for a target that drops refused blocks, is the last
+	// seq whose responses were requested with every block kept: a fork's
+	// cut, through which the source's host (pi keeps every block) sent
+	// them. Later responses were requested from the transcript as this
+	// target stores it, without the blocks it dropped, and their reports
+	// are laid out that way. 0: none.
+	SentKeptThrough int64
 }
 
 // OpenCalls are the tool calls of the last assistant message of a
@@ -184,8 +192,12 @@ type Message struct {
 	Synthetic bool   `json:"synthetic,omitempty"`
 	// Origin is what made a user or system message that no one typed:
 	// a context/message's origin, or OriginCompaction.
-	Origin  string          `json:"origin,omitempty"`
-	Message json.RawMessage `json:"message"`
+	Origin string `json:"origin,omitempty"`
+	// DroppedBlocks, on an assistant message of a target that drops
+	// refused blocks, are the blocks left out because the provider refused
+	// them: their indexes in the content as replayed before (ascending).
+	DroppedBlocks []int           `json:"droppedBlocks,omitempty"`
+	Message       json.RawMessage `json:"message"`
 }
 
 // Counts summarise how the assistant messages were replayed. Degraded
@@ -277,7 +289,7 @@ func NewBuilder(opts Options) *Builder {
 		open:      opts.Open,
 		resumed:   opts.Prior != nil,
 		ctx: ContextState{KeptFrom: opts.Context.KeptFrom, Removed: slices.Clone(opts.Context.Removed),
-			Refused: slices.Clone(opts.Context.Refused)},
+			Refused: slices.Clone(opts.Context.Refused), Dropped: slices.Clone(opts.Context.Dropped)},
 	}
 }
 
@@ -524,6 +536,9 @@ func (b *Builder) systemMessage(m Message, s turnlog.SystemMessageEvent, time in
 
 // emitAssistant closes the open calls and opens the message's.
 func (b *Builder) emitAssistant(m Message, calls []Call, time int64) {
+	if len(b.ctx.Dropped) > 0 {
+		m = b.withDrops(m)
+	}
 	b.settle()
 	b.result.Messages = append(b.result.Messages, m)
 	b.open = OpenCalls{Seq: m.Seq, Time: time, Calls: calls}

@@ -101,6 +101,30 @@ type Adapter struct {
 	// DefaultReleaseLine. It says which pi reads the transcript, not which
 	// model wrote a message.
 	ReleaseLine string `json:"releaseLine,omitempty"`
+	// RefusedBlocks says what replay does with a thinking block the
+	// provider refused (docs/log-format.md, "Replay state the provider
+	// refused"): RefusedBlocksKeep (empty) sends it again, as pi does,
+	// RefusedBlocksDrop leaves it out of the transcript. It is a target's
+	// option, set by a Session, never read from a log's session/start.
+	RefusedBlocks string `json:"refusedBlocks,omitempty"`
+}
+
+// What replay does with refused blocks (Adapter.RefusedBlocks).
+const (
+	RefusedBlocksKeep = "Keep"
+	RefusedBlocksDrop = "Drop"
+)
+
+// DropsRefused reports whether the target leaves refused blocks out.
+func (a Adapter) DropsRefused() bool { return a.RefusedBlocks == RefusedBlocksDrop }
+
+// CheckRefusedBlocks returns an error naming the choices when v is neither
+// empty nor one of them.
+func CheckRefusedBlocks(v string) error {
+	if v == "" || v == RefusedBlocksKeep || v == RefusedBlocksDrop {
+		return nil
+	}
+	return fmt.Errorf("refusedBlocks %q is not %q or %q", v, RefusedBlocksKeep, RefusedBlocksDrop)
 }
 
 // The pi-ai release lines replay follows. What differs between them is only

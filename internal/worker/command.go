@@ -36,6 +36,9 @@ type Invocation struct {
 	// Target is the adapter replay replays for, its release line included;
 	// empty fields are the log's session/start adapter's.
 	Target turnlog.Adapter
+	// SentKeptThrough is a fork child's cut (spec.forkedFrom.cutSeq): the
+	// responses through it were requested by the source's host.
+	SentKeptThrough int64
 	// TerminationMessagePath is the file a pod's worker leaves its summary
 	// or failure in for the kubelet; empty for a run in the manager.
 	TerminationMessagePath string
@@ -54,6 +57,8 @@ func (inv *Invocation) flags(fs *flag.FlagSet) {
 	fs.StringVar(&inv.Target.Provider, "target-provider", "", "replay target provider")
 	fs.StringVar(&inv.Target.Model, "target-model", "", "replay target model")
 	fs.StringVar(&inv.Target.ReleaseLine, "target-release-line", "", `pi-ai release line whose rules replay follows: "1" or "0.73"; empty: the log's, else "1"`)
+	fs.StringVar(&inv.Target.RefusedBlocks, "target-refused-blocks", "", `what replay does with thinking blocks the provider refused: "Keep" (as pi does; empty) or "Drop"`)
+	fs.Int64Var(&inv.SentKeptThrough, "sent-kept-through", 0, "a fork's cut: the responses through this seq were requested by the source's host, with every block kept")
 	fs.StringVar(&inv.TerminationMessagePath, "termination-message-path", "", "file to leave the summary or the failure in, for the pod's status")
 }
 
@@ -118,6 +123,12 @@ func ParseArgs(args []string, stderr io.Writer) (Invocation, error) {
 	case turnlog.CheckReleaseLine(inv.Target.ReleaseLine) != nil:
 		fmt.Fprintf(stderr, "turnlog worker: --target-release-line: %v\n", turnlog.CheckReleaseLine(inv.Target.ReleaseLine))
 		return inv, errUsage
+	case turnlog.CheckRefusedBlocks(inv.Target.RefusedBlocks) != nil:
+		fmt.Fprintf(stderr, "turnlog worker: --target-refused-blocks: %v\n", turnlog.CheckRefusedBlocks(inv.Target.RefusedBlocks))
+		return inv, errUsage
+	case inv.SentKeptThrough < 0:
+		fmt.Fprintf(stderr, "turnlog worker: --sent-kept-through: %d is not a seq\n", inv.SentKeptThrough)
+		return inv, errUsage
 	}
 	return inv, nil
 }
@@ -149,6 +160,9 @@ func Execute(ctx context.Context, inv Invocation, open Opener) (derived.Summary,
 		return derived.Summary{}, err
 	}
 	defer func() { _ = closeLog() }()
+	if inv.Task == derived.TaskReplay {
+		return ReplayWith(ctx, log, inv.Target, ReplayOptions{SentKeptThrough: inv.SentKeptThrough})
+	}
 	return Run(ctx, inv.Task, log, inv.Target)
 }
 

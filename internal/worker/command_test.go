@@ -42,9 +42,10 @@ func TestInvocationRoundTrip(t *testing.T) {
 	var every Invocation
 	n := 0
 	fillDistinct(t, reflect.ValueOf(&every).Elem(), "", &n)
-	// The two fields whose values are checked when parsed.
+	// The fields whose values are checked when parsed.
 	every.Task = derived.TaskReplay
 	every.Target.ReleaseLine = turnlog.ReleaseLine073
+	every.Target.RefusedBlocks = turnlog.RefusedBlocksDrop
 
 	loc := sessionlog.Location{Namespace: "team-a", Session: "chat", UID: "0d9e"}
 	cases := []struct {
@@ -59,6 +60,8 @@ func TestInvocationRoundTrip(t *testing.T) {
 			Location: sessionlog.Location{Prefix: "tenants/a", Namespace: "ns", Session: "s", UID: "u"},
 			Target:   turnlog.Adapter{Model: "my model=fast", ReleaseLine: turnlog.ReleaseLine073}, TerminationMessagePath: "/dev/termination-log"}},
 		{"replay for the log's own adapter", Invocation{Task: derived.TaskReplay, StoreURL: "mem://", Location: loc}},
+		{"a fork's child dropping refused blocks", Invocation{Task: derived.TaskReplay, StoreURL: "mem://", Location: loc,
+			Target: turnlog.Adapter{RefusedBlocks: turnlog.RefusedBlocksDrop}, SentKeptThrough: 41}},
 	}
 	for _, c := range cases {
 		args := c.inv.Args()
@@ -94,6 +97,8 @@ func TestParseArgsRefuses(t *testing.T) {
 		{"no store", []string{"replay", "--namespace=ns", "--session=s", "--uid=u"}, "--store-url, --namespace, --session and --uid are required"},
 		{"an unknown release line", line.Args()[1:], `--target-release-line: release line "0.8" is not one turnlog replays by`},
 		{"a stray argument", append(base.Args()[1:], "extra"), "and nothing else"},
+		{"an unknown refused-blocks choice", append(base.Args()[1:], "--target-refused-blocks=drop"), `--target-refused-blocks: refusedBlocks "drop" is not "Keep" or "Drop"`},
+		{"a negative cut", append(base.Args()[1:], "--sent-kept-through=-1"), "--sent-kept-through: -1 is not a seq"},
 	}
 	for _, c := range cases {
 		var stderr bytes.Buffer

@@ -28,18 +28,30 @@ import (
 // runs, followed by the synthetic results of the calls still open, are the
 // whole log's transcript byte for byte.
 func Replay(ctx context.Context, log derived.Log, target turnlog.Adapter) (derived.Summary, error) {
-	sum, err := replayRun(ctx, log, target, false)
+	return ReplayWith(ctx, log, target, ReplayOptions{})
+}
+
+// ReplayOptions are what a replay run is told besides its target.
+type ReplayOptions struct {
+	// SentKeptThrough is a fork's cut: the source's host requested the
+	// responses through it with every block kept (replay.Options).
+	SentKeptThrough int64
+}
+
+// ReplayWith is Replay with options.
+func ReplayWith(ctx context.Context, log derived.Log, target turnlog.Adapter, o ReplayOptions) (derived.Summary, error) {
+	sum, err := replayRun(ctx, log, target, o, false)
 	if errors.Is(err, derived.ErrPartsLost) {
 		// Derived data: replay the log again into new parts.
-		return replayRun(ctx, log, target, true)
+		return replayRun(ctx, log, target, o, true)
 	}
 	return sum, err
 }
 
 // replayRun is one run of Replay, from the checkpoint or, with startOver
 // or when the checkpoint is unusable, from the start of the log.
-func replayRun(ctx context.Context, log derived.Log, target turnlog.Adapter, startOver bool) (derived.Summary, error) {
-	r := &replayRunner{ctx: ctx, log: log, target: target}
+func replayRun(ctx context.Context, log derived.Log, target turnlog.Adapter, o ReplayOptions, startOver bool) (derived.Summary, error) {
+	r := &replayRunner{ctx: ctx, log: log, target: target, opts: o}
 	if err := r.start(startOver); err != nil {
 		return derived.Summary{}, err
 	}
@@ -65,6 +77,7 @@ type replayRunner struct {
 	ctx    context.Context
 	log    derived.Log
 	target turnlog.Adapter
+	opts   ReplayOptions
 	events derived.Events
 
 	// state is the checkpoint as far as the run has got; listed are the
@@ -172,7 +185,7 @@ func (r *replayRunner) builder(p *replayPass) *replay.Builder {
 		context = *r.state.Context
 	}
 	p.b = replay.NewBuilder(replay.Options{Target: p.counts.Target, Through: replay.Head, Open: r.state.Open, Prior: prior,
-		Context: context, Reread: r.reread,
+		Context: context, Reread: r.reread, SentKeptThrough: r.opts.SentKeptThrough,
 		OnDiagnostic: func(d replay.Diagnostic) { p.diags = append(p.diags, d) }})
 	return p.b
 }
@@ -261,6 +274,7 @@ func (r *replayRunner) commit(p *replayPass) error {
 		return err
 	}
 	r.sum.Replay.ContextMessages = int64(len(r.state.Open.Tail())) + derived.MessageCount(parts)
+	r.sum.Replay.RefusedDropped = int64(len(context.Dropped))
 	r.state.Parts = parts
 	r.state.Summary = r.sum
 	if err := r.state.Commit(r.ctx, r.log, r.target, r.listed); err != nil {
