@@ -19,18 +19,21 @@ import (
 	"github.com/turnlog/turnlog/agenthost"
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/cmd/internal/cmdkit"
+	"github.com/turnlog/turnlog/internal/replay"
 )
 
 func forkPointsCommand(o *options) *cobra.Command {
 	return &cobra.Command{
 		Use:   "fork-points SESSION",
-		Short: "List where the Session can be forked: each turn's cut seq, end reason, first words and whether it degraded",
+		Short: "List where the Session can be forked: each turn's cut seq, end reason, first words, whether it degraded and the refused blocks a child keeps",
 		Long: `List the Session's turns, one line each: CUT, the seq of the turn's turn/end
 (fork with --at CUT and the child ends with this turn; any seq of the turn
 cuts there too), TURN, END (why the turn ended, "open" while it streams),
 DEGRADED (whether replay degraded one of its messages, and the cause; "pending"
-before the workers have replayed the turn) and USER, the first words of
-its user message. Reads the whole log from the object store.`,
+before the workers have replayed the turn), REFUSED (the thinking blocks the
+provider had already refused by the cut, which a child cut there sends again
+unless it drops them: fork --refused-blocks=Drop) and USER, the first words
+of its user message. Reads the whole log from the object store.`,
 		Args: oneSession,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -46,32 +49,46 @@ its user message. Reads the whole log from the object store.`,
 				fmt.Fprintf(cmd.ErrOrStderr(), "Session %s/%s has no turns yet.\n", ns, args[0])
 				return nil
 			}
-			degraded, through, err := degradedSeqs(ctx, kube, log, ns, args[0])
+			found, err := replayProblems(ctx, kube, log, ns, args[0])
 			if err != nil {
 				return err
 			}
-			return printForkPoints(cmd.OutOrStdout(), turns, degraded, through)
+			return printForkPoints(cmd.OutOrStdout(), turns, found)
 		},
 	}
 }
 
-// degradedSeqs returns the cause of each degraded seq the workers found
-// and the last seq they replayed (-1 if none): from the stored transcript,
-// which lists every degraded message it holds, and from the Session's
-// status, which also remembers those a compaction dropped (the first 20 of
-// each cause).
-func degradedSeqs(ctx context.Context, kube client.Client, log *agenthost.Log, ns, name string) (map[int64]string, int64, error) {
-	out := map[int64]string{}
-	through := int64(-1)
+// problems is what replay found in a Session's log, as fork-points shows it.
+type problems struct {
+	// degraded is the cause of each degraded seq.
+	degraded map[int64]string
+	// refused are the blocks the provider refused: each one's seq and the
+	// seq of the response that reported it.
+	refused []refusal
+	// dropped: the Session leaves refused blocks out of its transcript.
+	dropped bool
+	// through is the last seq replayed, -1 if none.
+	through int64
+}
+
+type refusal struct{ seq, reportedAt int64 }
+
+// replayProblems reads what the workers found: from the stored transcript,
+// which lists every degraded message and refused block it holds, and from
+// the Session's status, which also remembers the degraded messages a
+// compaction dropped (the first 20 of each cause).
+func replayProblems(ctx context.Context, kube client.Client, log *agenthost.Log, ns, name string) (problems, error) {
+	out := problems{degraded: map[int64]string{}, through: -1}
 	session := &turnlogv1.Session{}
 	if err := kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, session); err != nil {
-		return nil, 0, fmt.Errorf("Session %s/%s: %w", ns, name, err)
+		return out, fmt.Errorf("Session %s/%s: %w", ns, name, err)
 	}
+	out.dropped = session.Spec.Adapter.RefusedBlocks == turnlogv1.RefusedBlocksDrop
 	if r := session.Status.Replay; r != nil {
-		through = r.ThroughSeq
+		out.through = r.ThroughSeq
 		for _, c := range cmdkit.DegradedCauses(r.DegradedSeqs) {
 			for _, s := range c.Seqs {
-				out[s] = c.Cause
+				out.degraded[s] = c.Cause
 			}
 		}
 	}
@@ -79,30 +96,65 @@ func degradedSeqs(ctx context.Context, kube client.Client, log *agenthost.Log, n
 	switch {
 	case errors.Is(err, agenthost.ErrNotReplayed):
 	case err != nil:
-		return nil, 0, err
+		return out, err
 	default:
-		through = max(through, tr.ThroughSeq)
+		out.through = max(out.through, tr.ThroughSeq)
 		for _, d := range tr.Diagnostics {
-			out[d.Seq] = string(d.Cause)
-		}
-	}
-	return out, through, nil
-}
-
-func printForkPoints(out io.Writer, turns []agenthost.Turn, degraded map[int64]string, through int64) error {
-	w := tabwriter.NewWriter(out, 0, 8, 3, ' ', 0)
-	fmt.Fprintln(w, "CUT\tTURN\tEND\tDEGRADED\tUSER")
-	for _, t := range turns {
-		cut, end, state := "-", "open", "pending"
-		if t.CutSeq >= 0 {
-			cut, end = strconv.FormatInt(t.CutSeq, 10), string(t.Reason)
-			if t.CutSeq <= through {
-				state = turnDegraded(t, degraded)
+			switch d.Code {
+			case replay.CodeReplayStateRefused:
+				out.refused = append(out.refused, refusal{seq: d.Seq, reportedAt: max(d.ReportedAt, d.Seq)})
+			case replay.CodeInvalidReplayState:
+				out.degraded[d.Seq] = string(d.Cause)
 			}
 		}
-		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\n", cut, t.Turn, end, state, firstWords(t.UserText, 8, 60))
 	}
-	return w.Flush()
+	return out, nil
+}
+
+func printForkPoints(out io.Writer, turns []agenthost.Turn, found problems) error {
+	w := tabwriter.NewWriter(out, 0, 8, 3, ' ', 0)
+	fmt.Fprintln(w, "CUT\tTURN\tEND\tDEGRADED\tREFUSED\tUSER")
+	keeps := false
+	for _, t := range turns {
+		cut, end, state, refused := "-", "open", "pending", "pending"
+		if t.CutSeq >= 0 {
+			cut, end = strconv.FormatInt(t.CutSeq, 10), string(t.Reason)
+			if t.CutSeq <= found.through {
+				state = turnDegraded(t, found.degraded)
+				refused = found.refusedBy(t.CutSeq)
+				keeps = keeps || refused != "no" && !found.dropped
+			}
+		}
+		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\n", cut, t.Turn, end, state, refused, firstWords(t.UserText, 8, 60))
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if keeps {
+		_, err := fmt.Fprintln(out, "\nA child cut where REFUSED is not \"no\" sends thinking blocks the provider already refused, as pi does;\n"+
+			"fork --refused-blocks=Drop leaves them out of its transcript.")
+		return err
+	}
+	return nil
+}
+
+// refusedBy says how many blocks the provider had refused by a cut at
+// seq cut — of messages the child holds, reported at or before the cut —
+// and whether the Session leaves them out.
+func (p problems) refusedBy(cut int64) string {
+	n := 0
+	for _, r := range p.refused {
+		if r.reportedAt <= cut {
+			n++
+		}
+	}
+	switch {
+	case n == 0:
+		return "no"
+	case p.dropped:
+		return fmt.Sprintf("%d dropped", n)
+	}
+	return fmt.Sprintf("%d kept", n)
 }
 
 // turnDegraded is "no", or "yes (cause, ...)" for the causes of the
@@ -142,7 +194,7 @@ func firstWords(text string, words, chars int) string {
 }
 
 func forkCommand(o *options) *cobra.Command {
-	var at, name string
+	var at, name, refusedBlocks string
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "fork SESSION --at SEQ [--name NAME]",
@@ -151,12 +203,17 @@ func forkCommand(o *options) *cobra.Command {
 such as 40.1; fork-points lists the turns' cuts) and wait until the manager has
 made the child Session: its log is the source's prefix through the first
 turn/end at or after the seq. --name names the SessionFork and the child;
-without it the API server picks SESSION-fork-XXXXX. A fork inside a turn that
-is still streaming waits for the turn to end.`,
+without it the API server picks SESSION-fork-XXXXX. --refused-blocks=Drop
+gives a child whose transcript leaves out the thinking blocks the provider
+refused (Keep: sends them again, as pi does; default: the source's choice).
+A fork inside a turn that is still streaming waits for the turn to end.`,
 		Args: oneSession,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if at == "" {
 				return usageError{errors.New("--at is required: the seq to fork at, e.g. 41 or 40.1 (see fork-points)")}
+			}
+			if refusedBlocks != "" && refusedBlocks != turnlogv1.RefusedBlocksKeep && refusedBlocks != turnlogv1.RefusedBlocksDrop {
+				return usageError{fmt.Errorf("--refused-blocks %q: want Keep or Drop", refusedBlocks)}
 			}
 			kube, ns, err := o.kube()
 			if err != nil {
@@ -166,7 +223,7 @@ is still streaming waits for the turn to end.`,
 				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 				Spec: turnlogv1.SessionForkSpec{
 					Source: turnlogv1.SessionReference{Name: args[0]}, AtSeq: at,
-					Target: turnlogv1.ForkTarget{Name: name},
+					Target: turnlogv1.ForkTarget{Name: name, RefusedBlocks: refusedBlocks},
 				},
 			}
 			if name == "" {
@@ -189,6 +246,7 @@ is still streaming waits for the turn to end.`,
 	}
 	cmd.Flags().StringVar(&at, "at", "", "the seq to fork at (required), e.g. 41 or 40.1")
 	cmd.Flags().StringVar(&name, "name", "", "name of the SessionFork and of the child Session (default: SESSION-fork-XXXXX)")
+	cmd.Flags().StringVar(&refusedBlocks, "refused-blocks", "", "Drop: the child's transcript leaves out the thinking blocks the provider refused; Keep: it sends them again, as pi does (default: the source's choice)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "how long to wait for the child; the SessionFork stays and completes without the wait")
 	return cmd
 }

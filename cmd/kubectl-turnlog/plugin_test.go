@@ -31,15 +31,31 @@ func TestSessionsTable(t *testing.T) {
 		}},
 		// Created, nothing written or replayed yet.
 		{ObjectMeta: metav1.ObjectMeta{Name: "new", Namespace: "team-b"}},
+		// Blocks the provider refused after a compaction, kept as pi keeps
+		// them, and a child that drops them.
+		{ObjectMeta: metav1.ObjectMeta{Name: "compacted", Namespace: "team-c"}, Status: turnlogv1.SessionStatus{
+			HeadSeq: ptr.To[int64](40), Turns: 5, Conditions: []metav1.Condition{ready},
+			Replay: &turnlogv1.ReplaySummary{ThroughSeq: 40, ContextMessages: 9,
+				Refused:     turnlogv1.RefusedCounts{PrefixBindingMismatch: 2, ModelBindingMismatch: 1, Unmapped: 1},
+				RefusedSeqs: turnlogv1.RefusedSeqs{PrefixBindingMismatch: []int64{7, 3}, ModelBindingMismatch: []int64{7}}},
+		}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "compacted-child", Namespace: "team-c"}, Status: turnlogv1.SessionStatus{
+			HeadSeq: ptr.To[int64](36), Turns: 4, Conditions: []metav1.Condition{ready},
+			Replay: &turnlogv1.ReplaySummary{ThroughSeq: 36, ContextMessages: 9, Adapter: turnlogv1.Adapter{RefusedBlocks: turnlogv1.RefusedBlocksDrop},
+				Refused:     turnlogv1.RefusedCounts{PrefixBindingMismatch: 2, Dropped: 2},
+				RefusedSeqs: turnlogv1.RefusedSeqs{PrefixBindingMismatch: []int64{3, 7}}},
+		}},
 	}
 	var out strings.Builder
 	if err := printSessions(&out, sessions, true); err != nil {
 		t.Fatal(err)
 	}
-	want := `NAMESPACE   NAME           READY                  HEAD   TURNS   CONTEXT   DEGRADED   CAUSES
-team-a      support-chat   True                   22     4       7         1          version:3
-team-b      switched       False (WorkerFailed)   90     9       31        25         kind:7,15 shape:40 (+22 more)
-team-b      new            Unknown                -      0       -         -          -
+	want := `NAMESPACE   NAME              READY                  HEAD   TURNS   CONTEXT   DEGRADED   CAUSES                          REFUSED
+team-a      support-chat      True                   22     4       7         1          version:3                       -
+team-b      switched          False (WorkerFailed)   90     9       31        25         kind:7,15 shape:40 (+22 more)   -
+team-b      new               Unknown                -      0       -         -          -                               -
+team-c      compacted         True                   40     5       9         0          -                               3 kept (3,7), 1 unmapped
+team-c      compacted-child   True                   36     4       9         0          -                               2 dropped (3,7)
 `
 	if out.String() != want {
 		t.Errorf("got\n%s\nwant\n%s", out.String(), want)
@@ -54,21 +70,36 @@ func TestForkPointsTable(t *testing.T) {
 		{Turn: 4, StartSeq: 17, CutSeq: 22, Reason: "stop", UserText: "Stop."},
 		{Turn: 5, StartSeq: 23, CutSeq: -1, UserText: "And now?"},
 	}
-	degraded := map[int64]string{3: "version", 8: "kind", 9: "shape", 10: "kind"}
+	found := problems{degraded: map[int64]string{3: "version", 8: "kind", 9: "shape", 10: "kind"},
+		// Seq 3's thinking refused in turn 2's request, seq 8's in turn 3's.
+		refused: []refusal{{seq: 3, reportedAt: 10}, {seq: 8, reportedAt: 15}},
+		// Replayed through seq 16: turn 4 has ended but is not replayed yet.
+		through: 16}
 	var out strings.Builder
-	// Replayed through seq 16: turn 4 has ended but is not replayed yet.
-	if err := printForkPoints(&out, turns, degraded, 16); err != nil {
+	if err := printForkPoints(&out, turns, found); err != nil {
 		t.Fatal(err)
 	}
-	want := `CUT   TURN   END       DEGRADED            USER
-4     1      stop      yes (version)       Our nightly deploy failed. What happened?
-11    2      toolUse   yes (kind, shape)   Check the registry, the pull secret, the node's…
-16    3      aborted   no                  -
-22    4      stop      pending             Stop.
--     5      open      pending             And now?
+	want := `CUT   TURN   END       DEGRADED            REFUSED   USER
+4     1      stop      yes (version)       no        Our nightly deploy failed. What happened?
+11    2      toolUse   yes (kind, shape)   1 kept    Check the registry, the pull secret, the node's…
+16    3      aborted   no                  2 kept    -
+22    4      stop      pending             pending   Stop.
+-     5      open      pending             pending   And now?
+
+A child cut where REFUSED is not "no" sends thinking blocks the provider already refused, as pi does;
+fork --refused-blocks=Drop leaves them out of its transcript.
 `
 	if out.String() != want {
 		t.Errorf("got\n%s\nwant\n%s", out.String(), want)
+	}
+	// A Session that drops them says so, without the advice.
+	found.dropped = true
+	out.Reset()
+	if err := printForkPoints(&out, turns[:3], found); err != nil {
+		t.Fatal(err)
+	}
+	if got := out.String(); !strings.Contains(got, "2 dropped") || strings.Contains(got, "--refused-blocks") {
+		t.Errorf("a Session dropping refused blocks:\n%s", got)
 	}
 }
 
@@ -111,6 +142,7 @@ func TestUsageErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"fork", "chat"}, "kubectl turnlog fork: --at is required: the seq to fork at, e.g. 41 or 40.1 (see fork-points)"},
+		{[]string{"fork", "chat", "--at", "4", "--refused-blocks", "drop"}, `kubectl turnlog fork: --refused-blocks "drop": want Keep or Drop`},
 		{[]string{"fork-points"}, "kubectl turnlog fork-points: want one SESSION (the name of a Session), got 0 arguments"},
 		{[]string{"transcript", "a", "b"}, "kubectl turnlog transcript: want one SESSION (the name of a Session), got 2 arguments"},
 		{[]string{"sessions", "chat"}, `kubectl turnlog sessions: takes no arguments, got ["chat"]`},

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -20,12 +21,14 @@ func sessionsCommand(o *options) *cobra.Command {
 	var all bool
 	cmd := &cobra.Command{
 		Use:   "sessions",
-		Short: "List Sessions: readiness, head, turns, context size, degraded messages and their causes",
+		Short: "List Sessions: readiness, head, turns, context size, degraded messages and their causes, refused blocks",
 		Long: `List the Sessions of the namespace (or of all with -A) from their status:
 READY (and why not), HEAD, TURNS, CONTEXT (the messages the next request is
 built from), DEGRADED (messages replayed provider-neutral because their
-replay state was unusable) and CAUSES (the degraded seqs by cause: kind,
-version, malformed, shape; status keeps the first 20 of each).`,
+replay state was unusable), CAUSES (the degraded seqs by cause: kind,
+version, malformed, shape; status keeps the first 20 of each) and REFUSED
+(thinking blocks the provider refused, kept as pi keeps them or dropped by
+spec.adapter.refusedBlocks, with the seqs of the messages that carry them).`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			kube, ns, err := o.kube()
@@ -57,17 +60,18 @@ version, malformed, shape; status keeps the first 20 of each).`,
 
 func printSessions(out io.Writer, sessions []turnlogv1.Session, withNamespace bool) error {
 	w := tabwriter.NewWriter(out, 0, 8, 3, ' ', 0)
-	header := "NAME\tREADY\tHEAD\tTURNS\tCONTEXT\tDEGRADED\tCAUSES"
+	header := "NAME\tREADY\tHEAD\tTURNS\tCONTEXT\tDEGRADED\tCAUSES\tREFUSED"
 	if withNamespace {
 		header = "NAMESPACE\t" + header
 	}
 	fmt.Fprintln(w, header)
 	for _, s := range sessions {
-		row := []string{s.Name, ready(&s), optional(s.Status.HeadSeq), strconv.FormatInt(s.Status.Turns, 10), "-", "-", "-"}
+		row := []string{s.Name, ready(&s), optional(s.Status.HeadSeq), strconv.FormatInt(s.Status.Turns, 10), "-", "-", "-", "-"}
 		if r := s.Status.Replay; r != nil {
 			row[4] = strconv.FormatInt(r.ContextMessages, 10)
 			row[5] = strconv.FormatInt(r.Degraded, 10)
 			row[6] = causes(r)
+			row[7] = refused(r)
 		}
 		if withNamespace {
 			row = append([]string{s.Namespace}, row...)
@@ -118,4 +122,33 @@ func causes(r *turnlogv1.ReplaySummary) string {
 		return "-"
 	}
 	return strings.Join(parts, " ")
+}
+
+// refused is the refused blocks, "2 kept (3,7)" or "2 dropped (3,7)", with
+// the seqs of their messages (status keeps the first 20 of each reason),
+// and the refusals replay could not map: "1 unmapped".
+func refused(r *turnlogv1.ReplaySummary) string {
+	c, s := r.Refused, r.RefusedSeqs
+	n := c.PrefixBindingMismatch + c.ModelBindingMismatch + c.OrganizationBindingMismatch + c.EndUserBindingMismatch + c.Other
+	var parts []string
+	if n > 0 {
+		seqs := slices.Concat(s.PrefixBindingMismatch, s.ModelBindingMismatch, s.OrganizationBindingMismatch, s.EndUserBindingMismatch, s.Other)
+		slices.Sort(seqs)
+		listed := make([]string, 0, len(seqs))
+		for _, seq := range slices.Compact(seqs) {
+			listed = append(listed, strconv.FormatInt(seq, 10))
+		}
+		how := "kept"
+		if r.Adapter.RefusedBlocks == turnlogv1.RefusedBlocksDrop {
+			how = "dropped"
+		}
+		parts = append(parts, fmt.Sprintf("%d %s (%s)", n, how, strings.Join(listed, ",")))
+	}
+	if c.Unmapped > 0 {
+		parts = append(parts, fmt.Sprintf("%d unmapped", c.Unmapped))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ", ")
 }

@@ -520,7 +520,7 @@ func (b *Builder) readRefusals(seq int64, m *turnlog.AssistantMessage) {
 				outcome = "no longer in the transcript"
 			}
 		}
-		b.diagnose(Diagnostic{Code: CodeReplayStateRefused, Seq: ref.Seq, Cause: refusalCause(t.Reason),
+		b.diagnose(Diagnostic{Code: CodeReplayStateRefused, Seq: ref.Seq, Cause: refusalCause(t.Reason), ReportedAt: seq,
 			Message: fmt.Sprintf("thinking block %d of seq %d %s: refused by %s (%s) at %s, reported at seq %d",
 				ref.Block, ref.Seq, outcome, m.Provider, t.Reason, t.Path, seq)})
 	}

@@ -89,6 +89,10 @@ type Diagnostic struct {
 	Seq     int64  `json:"seq"`
 	Cause   Cause  `json:"cause"`
 	Message string `json:"message"`
+	// ReportedAt, on a CodeReplayStateRefused diagnostic, is the seq of
+	// the response whose report named the refused block: a fork cut
+	// there or later keeps a block the provider already refused.
+	ReportedAt int64 `json:"reportedAt,omitempty"`
 }
 
 // Options configure a replay.
