@@ -117,7 +117,11 @@ export function registerCommands(pi: ExtensionAPI, deps: Deps) {
 				const location = await locate(arg, process.env.TURNLOG_STORE_PREFIX || undefined, deps.kube());
 				const model = ctx.model;
 				if (!model) throw new Error("no model selected: the stored transcript is read for the current model");
-				const tr = await loadTranscript(deps.store(), rootOf(location), adapterOf(model));
+				// A Session that drops refused blocks keeps its transcript
+				// apart; only the API server says which it is.
+				const kube = deps.kube();
+				const target = { ...adapterOf(model), refusedBlocks: kube ? await kube.refusedBlocks(location.namespace, location.session) : undefined };
+				const tr = await loadTranscript(deps.store(), rootOf(location), target);
 				await ctx.waitForIdle();
 				const result = await ctx.newSession({
 					setup: async (sm) => {

@@ -87,6 +87,19 @@ export class Kube {
 	}
 
 	/**
+	 * refusedBlocks is the Session's spec.adapter.refusedBlocks: whether its
+	 * transcript leaves out the thinking blocks the provider refused.
+	 */
+	async refusedBlocks(namespace: string, name: string): Promise<string | undefined> {
+		const path = `${GROUP}/namespaces/${encodeURIComponent(namespace)}/sessions/${encodeURIComponent(name)}`;
+		const res = await this.request("GET", path);
+		if (res.status < 200 || res.status > 299) {
+			throw new Error(`Session ${namespace}/${name}: ${res.status} ${res.body?.message ?? res.body?.reason ?? ""}`.trim());
+		}
+		return res.body?.spec?.adapter?.refusedBlocks || undefined;
+	}
+
+	/**
 	 * target sets the Session's spec.adapter, the model its transcript is
 	 * replayed for: a merge patch of that field alone.
 	 */

@@ -11,6 +11,8 @@ export interface Target {
 	provider: string;
 	model: string;
 	releaseLine: string;
+	/** The Session's spec.adapter.refusedBlocks: "Drop" has a transcript of its own. */
+	refusedBlocks?: string;
 }
 
 export interface StoredMessage {
@@ -31,8 +33,9 @@ export class NotReplayedError extends Error {}
 
 /** The directory of a target's transcript, as the workers name it. */
 export function transcriptDir(root: string, t: Target): string {
+	const drop = t.refusedBlocks === "Drop" ? "\0refused=Drop" : "";
 	const sum = createHash("sha256")
-		.update(`${t.kind}\0${t.api}\0${t.provider}\0${t.model}\0line=${t.releaseLine}`)
+		.update(`${t.kind}\0${t.api}\0${t.provider}\0${t.model}\0line=${t.releaseLine}${drop}`)
 		.digest("hex")
 		.slice(0, 16);
 	return `${root}derived/transcript/${sum}/`;

@@ -29,6 +29,29 @@ type Reply struct {
 	// Hang: after the blocks, keep the stream open until the client goes
 	// away (an abort, a killed process).
 	Hang bool
+	// Refuse are signatures of thinking blocks the provider refuses: as
+	// Anthropic does with prefix_mismatch_behavior "drop_block", each such
+	// block of the request is reported in the response's
+	// input_transformations, thinking_dropped for prefix_binding_mismatch,
+	// at its path in the request (messages.{i}.content.{j}).
+	Refuse []string
+}
+
+// refusals are the input_transformations entries for the request's thinking
+// blocks signed with one of sigs.
+func refusals(body map[string]any, sigs []string) []any {
+	var out []any
+	msgs, _ := body["messages"].([]any)
+	for i, m := range msgs {
+		content, _ := m.(map[string]any)["content"].([]any)
+		for j, c := range content {
+			b, _ := c.(map[string]any)
+			if sig, _ := b["signature"].(string); b["type"] == "thinking" && slices.Contains(sigs, sig) {
+				out = append(out, map[string]any{"type": "thinking_dropped", "path": fmt.Sprintf("messages.%d.content.%d", i, j), "reason": "prefix_binding_mismatch"})
+			}
+		}
+	}
+	return out
 }
 
 // Provider is a fake Anthropic Messages API that streams scripted replies
@@ -116,9 +139,13 @@ func (p *Provider) serve(w http.ResponseWriter, r *http.Request) {
 		fl.Flush()
 	}
 	model, _ := body["model"].(string)
-	send("message_start", map[string]any{"type": "message_start", "message": map[string]any{
+	start := map[string]any{
 		"id": fmt.Sprintf("msg_%03d", n), "type": "message", "role": "assistant", "model": model, "content": []any{},
-		"stop_reason": nil, "usage": map[string]any{"input_tokens": 100 + n, "output_tokens": 0}}})
+		"stop_reason": nil, "usage": map[string]any{"input_tokens": 100 + n, "output_tokens": 0}}
+	if dropped := refusals(body, rp.Refuse); len(dropped) > 0 {
+		start["input_transformations"] = dropped
+	}
+	send("message_start", map[string]any{"type": "message_start", "message": start})
 	for i, b := range rp.Blocks {
 		switch b.Kind {
 		case "thinking":
