@@ -41,7 +41,7 @@ func (s *Store) sessionLog(kube client.Client, session *turnlogv1.Session) (*Log
 		return nil, err
 	}
 	a := session.Spec.Adapter
-	l.target = Adapter{Kind: a.Kind, API: a.API, Provider: a.Provider, Model: a.Model, ReleaseLine: a.ReleaseLine}
+	l.target = Adapter{Kind: a.Kind, API: a.API, Provider: a.Provider, Model: a.Model, ReleaseLine: a.ReleaseLine, RefusedBlocks: a.RefusedBlocks}
 	l.kube, l.session = kube, client.ObjectKeyFromObject(session)
 	return l, nil
 }
@@ -54,7 +54,8 @@ func (s *Store) CreateSession(ctx context.Context, kube client.Client, namespace
 	session := &turnlogv1.Session{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
 		Spec: turnlogv1.SessionSpec{Adapter: turnlogv1.Adapter{
-			Kind: target.Kind, API: target.API, Provider: target.Provider, Model: target.Model, ReleaseLine: target.ReleaseLine}},
+			Kind: target.Kind, API: target.API, Provider: target.Provider, Model: target.Model, ReleaseLine: target.ReleaseLine,
+			RefusedBlocks: target.RefusedBlocks}},
 	}
 	if err := kube.Create(ctx, session); err != nil {
 		return nil, fmt.Errorf("create Session %s/%s: %w", namespace, name, err)

@@ -285,4 +285,11 @@ func addTargetFlags(fs *flag.FlagSet, target *turnlog.Adapter, defaults string) 
 		target.ReleaseLine = s
 		return nil
 	})
+	fs.Func("refused-blocks", `what to do with thinking blocks the provider refused: "Keep" (as pi does) or "Drop" (leave them out) (default: `+defaults+`, else "Keep")`, func(s string) error {
+		if err := turnlog.CheckRefusedBlocks(s); err != nil {
+			return err
+		}
+		target.RefusedBlocks = s
+		return nil
+	})
 }

@@ -97,7 +97,7 @@ func Transcript(ctx context.Context, log *agenthost.Log, namespace, name string,
 		dst *string
 		v   string
 	}{{&target.Kind, override.Kind}, {&target.API, override.API}, {&target.Provider, override.Provider}, {&target.Model, override.Model},
-		{&target.ReleaseLine, override.ReleaseLine}} {
+		{&target.ReleaseLine, override.ReleaseLine}, {&target.RefusedBlocks, override.RefusedBlocks}} {
 		if o.v != "" {
 			*o.dst = o.v
 		}
