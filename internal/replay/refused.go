@@ -13,6 +13,7 @@ package replay
 // (buildParams, convertMessages, insertThinkingLevelMessages).
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -461,7 +462,14 @@ const maxRefusalsKept = 100
 // the transcript is the one its request was built from. A refusal already
 // reported is not reported again.
 func (b *Builder) readRefusals(seq int64, m *turnlog.AssistantMessage) {
-	if m.API != "anthropic-messages" || !m.Adapter().SameModel(b.target) || b.target.Line() == turnlog.ReleaseLine073 {
+	if !m.Adapter().SameModel(b.target) || b.target.Line() == turnlog.ReleaseLine073 {
+		return
+	}
+	if openAIResponses(m.API) {
+		b.readRemovals(seq, m)
+		return
+	}
+	if m.API != "anthropic-messages" {
 		return
 	}
 	transformations := RecordedTransformations(m)
@@ -503,27 +511,160 @@ func (b *Builder) readRefusals(seq int64, m *turnlog.AssistantMessage) {
 			unmapped(t, lerr.Error())
 			continue
 		}
-		r := Refusal{BlockRef: ref, Reason: t.Reason}
-		if slices.Contains(b.ctx.Refused, r) {
+		b.refused(Refusal{BlockRef: ref, Reason: t.Reason}, refusalCause(t.Reason), m.Provider, "at "+t.Path, seq)
+	}
+}
+
+// refused reports a refusal once, and leaves the block out for a target
+// that drops refused blocks. where says where the report put the block.
+func (b *Builder) refused(r Refusal, cause Cause, provider, where string, seq int64) {
+	if slices.Contains(b.ctx.Refused, r) {
+		return
+	}
+	b.ctx.Refused = append(b.ctx.Refused, r)
+	if len(b.ctx.Refused) > maxRefusalsKept {
+		b.ctx.Refused = slices.Delete(b.ctx.Refused, 0, len(b.ctx.Refused)-maxRefusalsKept)
+	}
+	// The outcome goes first: a summary keeps a diagnostic's first 150
+	// bytes.
+	outcome := "kept, as pi keeps it"
+	if b.target.DropsRefused() {
+		outcome = "left out of the transcript"
+		if !b.drop(r.BlockRef) {
+			outcome = "no longer in the transcript"
+		}
+	}
+	b.diagnose(Diagnostic{Code: CodeReplayStateRefused, Seq: r.Seq, Cause: cause, ReportedAt: seq,
+		Message: fmt.Sprintf("thinking block %d of seq %d %s: refused by %s (%s) %s, reported at seq %d",
+			r.Block, r.Seq, outcome, provider, r.Reason, where, seq)})
+}
+
+// OpenAI's Responses API withholds replayed reasoning items from the model
+// (from GPT-6.2 on: reasoning after an edit of earlier input, or created
+// under another organization, end user or model) and lists them in the
+// response's input_transformations by the item's id; pi-ai records them on
+// the assistant message (diagnostics of type openai_input_transformations,
+// turn_boundary removals left out) and keeps the items. pi-ai sends a
+// thinking block's reasoning item as its thinkingSignature holds it, so the
+// id names the block without a request layout.
+
+// DiagnosticOpenAIInputTransformations is the type of the assistant-message
+// diagnostic in which pi-ai records OpenAI's reasoning removals.
+const DiagnosticOpenAIInputTransformations = "openai_input_transformations"
+
+// Removal is one reasoning item OpenAI withheld, as pi-ai records it.
+type Removal struct {
+	Type   string `json:"type"`
+	ID     string `json:"id"`
+	Action string `json:"action"`
+	Reason string `json:"reason"`
+}
+
+// openAIResponses reports whether api is one of pi-ai's OpenAI Responses
+// providers, which record removals.
+func openAIResponses(api string) bool {
+	return api == "openai-responses" || api == "azure-openai-responses" || api == "openai-codex-responses"
+}
+
+// RecordedRemovals returns the reasoning removals pi-ai recorded on an
+// assistant message, in order.
+func RecordedRemovals(m *turnlog.AssistantMessage) []Removal {
+	raw, ok := m.Extra["diagnostics"]
+	if !ok {
+		return nil
+	}
+	var diags []struct {
+		Type    string `json:"type"`
+		Details struct {
+			Transformations []Removal `json:"transformations"`
+		} `json:"details"`
+	}
+	if json.Unmarshal(raw, &diags) != nil {
+		return nil
+	}
+	var out []Removal
+	for _, d := range diags {
+		if d.Type != DiagnosticOpenAIInputTransformations {
 			continue
 		}
-		b.ctx.Refused = append(b.ctx.Refused, r)
-		if len(b.ctx.Refused) > maxRefusalsKept {
-			b.ctx.Refused = slices.Delete(b.ctx.Refused, 0, len(b.ctx.Refused)-maxRefusalsKept)
-		}
-		// The outcome goes first: a summary keeps a diagnostic's first
-		// 150 bytes.
-		outcome := "kept, as pi keeps it"
-		if b.target.DropsRefused() {
-			outcome = "left out of the transcript"
-			if !b.drop(ref) {
-				outcome = "no longer in the transcript"
+		for _, t := range d.Details.Transformations {
+			if t.Type == "reasoning" && t.Action == "removed" {
+				out = append(out, t)
 			}
 		}
-		b.diagnose(Diagnostic{Code: CodeReplayStateRefused, Seq: ref.Seq, Cause: refusalCause(t.Reason), ReportedAt: seq,
-			Message: fmt.Sprintf("thinking block %d of seq %d %s: refused by %s (%s) at %s, reported at seq %d",
-				ref.Block, ref.Seq, outcome, m.Provider, t.Reason, t.Path, seq)})
 	}
+	return out
+}
+
+// removalCause maps OpenAI's reason to the refusal reasons status counts:
+// prefix_mismatch to prefix_binding_mismatch, model_mismatch to
+// model_binding_mismatch, and so on; the diagnostic keeps OpenAI's own.
+func removalCause(reason string) Cause {
+	if what, ok := strings.CutSuffix(reason, "_mismatch"); ok {
+		return refusalCause(what + "_binding_mismatch")
+	}
+	return CauseOtherReason
+}
+
+// readRemovals reports the thinking blocks whose reasoning items OpenAI
+// withheld in the request that produced m, the assistant message at seq.
+func (b *Builder) readRemovals(seq int64, m *turnlog.AssistantMessage) {
+	removals := RecordedRemovals(m)
+	if len(removals) == 0 {
+		return
+	}
+	transcript, err := b.transcriptSoFar()
+	for _, rm := range removals {
+		where := fmt.Sprintf("as reasoning item %s", rm.ID)
+		var ref BlockRef
+		found := false
+		if err == nil {
+			ref, found = reasoningItem(transcript, rm.ID)
+		}
+		if !found {
+			why := "no thinking block of the transcript holds that item"
+			if err != nil {
+				why = err.Error()
+			}
+			b.diagnose(Diagnostic{Code: CodeRefusalUnmapped, Seq: seq, Cause: CauseUnmapped,
+				Message: fmt.Sprintf("reasoning item %s removed by %s (%s), reported at seq %d, not mapped: %s", rm.ID, m.Provider, rm.Reason, seq, why)})
+			continue
+		}
+		b.refused(Refusal{BlockRef: ref, Reason: rm.Reason}, removalCause(rm.Reason), m.Provider, where, seq)
+	}
+}
+
+// reasoningItem finds the thinking block whose signature is the reasoning
+// item id, the last one first; its index counts the blocks a dropping
+// target left out.
+func reasoningItem(transcript []Message, id string) (BlockRef, bool) {
+	needle := []byte(id) // inside the signature, a JSON string in the message
+	for i := len(transcript) - 1; i >= 0; i-- {
+		m := transcript[i]
+		if m.Role != "assistant" || !bytes.Contains(m.Message, needle) {
+			continue
+		}
+		var a turnlog.AssistantMessage
+		if a.UnmarshalJSON(m.Message) != nil {
+			continue
+		}
+		k := 0 // index counting the dropped blocks
+		for _, c := range a.Content {
+			for slices.Contains(m.DroppedBlocks, k) {
+				k++
+			}
+			if c.Type == turnlog.BlockThinking && c.ThinkingSignature != "" {
+				var item struct {
+					ID string `json:"id"`
+				}
+				if json.Unmarshal([]byte(c.ThinkingSignature), &item) == nil && item.ID == id {
+					return BlockRef{Seq: m.Seq, Block: k}, true
+				}
+			}
+			k++
+		}
+	}
+	return BlockRef{}, false
 }
 
 // drop leaves a refused block out of the transcript, for a target that

@@ -325,3 +325,65 @@ func TestDroppedBlocksStayDropped(t *testing.T) {
 		}
 	})
 }
+
+// OpenAI's Responses API names a withheld reasoning item by its id, which
+// pi-ai sends from the thinking block's signature.
+func TestOpenAIReasoningRemovals(t *testing.T) {
+	const model = `"api":"openai-responses","provider":"openai","model":"gpt-6.2"`
+	start := `{"type":"session/start","adapter":{"kind":"pi-ai",` + model + `}}`
+	reasoning := func(id, text string) string {
+		item := fmt.Sprintf(`{"type":"reasoning","id":%q,"summary":[{"type":"summary_text","text":%q}],"encrypted_content":"enc-%s"}`, id, text, id)
+		return fmt.Sprintf(`{"type":"thinking","thinking":%q,"thinkingSignature":%q}`, text, item)
+	}
+	answer := func(blocks, extra string) string {
+		return fmt.Sprintf(`{"content":[%s],%s,"stopReason":"stop"%s}`, blocks, model, extra)
+	}
+	removed := func(entries ...string) string {
+		return `,"diagnostics":[{"type":"openai_input_transformations","timestamp":1,"details":{"transformations":[` + strings.Join(entries, ",") + `]}}]`
+	}
+	log := seqLog(start,
+		turnStart(1), user(1, "q1"), hostMessage(1, 0, answer(reasoning("rs_1", "t1")+`,`+reasoning("rs_2", "t2")+`,{"type":"text","text":"a1"}`, "")), turnEnd(1, "stop"),
+		turnStart(2), user(2, "q2"), hostMessage(2, 0, answer(`{"type":"text","text":"a2"}`, removed(
+			`{"type":"reasoning","id":"rs_2","action":"removed","reason":"prefix_mismatch"}`,
+			`{"type":"reasoning","id":"rs_9","action":"removed","reason":"model_mismatch"}`,
+			`{"type":"reasoning","id":"rs_1","action":"kept","reason":"prefix_mismatch"}`))), turnEnd(2, "stop"))
+	for _, tc := range []struct {
+		name   string
+		opts   replay.Options
+		diags  []string
+		thinks string
+	}{
+		{"kept", replay.Options{},
+			[]string{"REPLAY_STATE_REFUSED 3 prefix_binding_mismatch thinking block 1 of seq 3 kept, as pi keeps it: refused by openai (prefix_mismatch) as reasoning item rs_2, reported at seq 7",
+				"REPLAY_STATE_REFUSAL_UNMAPPED 7 unmapped reasoning item rs_9 removed by openai (model_mismatch), reported at seq 7, not mapped: no thinking block of the transcript holds that item"},
+			"t1 t2"},
+		{"dropped", replay.Options{Target: dropTarget},
+			[]string{"REPLAY_STATE_REFUSED 3 prefix_binding_mismatch thinking block 1 of seq 3 left out of the transcript: refused by openai (prefix_mismatch) as reasoning item rs_2, reported at seq 7",
+				"REPLAY_STATE_REFUSAL_UNMAPPED 7 unmapped reasoning item rs_9 removed by openai (model_mismatch), reported at seq 7, not mapped: no thinking block of the transcript holds that item"},
+			"t1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, diags := run(t, log, tc.opts)
+			var got []string
+			for _, d := range diags {
+				got = append(got, fmt.Sprintf("%s %d %s %s", d.Code, d.Seq, d.Cause, d.Message))
+			}
+			if !slices.Equal(got, tc.diags) {
+				t.Errorf("diagnostics\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tc.diags, "\n"))
+			}
+			var a turnlog.AssistantMessage
+			if err := a.UnmarshalJSON(res.Messages[1].Message); err != nil {
+				t.Fatal(err)
+			}
+			var thinks []string
+			for _, c := range a.Content {
+				if c.Type == turnlog.BlockThinking {
+					thinks = append(thinks, c.Thinking)
+				}
+			}
+			if strings.Join(thinks, " ") != tc.thinks {
+				t.Errorf("seq 3 sends thinking %q, want %q", thinks, tc.thinks)
+			}
+		})
+	}
+}
