@@ -2,17 +2,22 @@ package controllers
 
 import (
 	"fmt"
+	"maps"
+	"math"
 	"slices"
 	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/derived"
 	"github.com/turnlog/turnlog/internal/sessionlog"
 )
 
@@ -20,9 +25,13 @@ import (
 // many Sessions every second, Sessions whose head segment is large and
 // slow to read, dozens of forks of a large log — while another tenant
 // appends to one Session in its own namespace and waits for status to
-// show it. The quiet tenant's wait must stay bounded: before the manager
-// served namespaces in turn it grew with the flood (tens of seconds, and
-// minutes once the forks' children were assembled).
+// show it, and then for its transcript (Current). The quiet tenant's waits
+// must stay bounded: before the manager served namespaces in turn, the
+// wait for status grew with the flood (tens of seconds, and minutes once
+// the forks' children were assembled); before it gave its worker slot to
+// namespaces in turn, the wait for the transcript did (the children's runs
+// took the slot first come, first served). That bound is a few runs long,
+// as long as the flood's runs are on this machine.
 var _ = Describe("Sharing the manager between namespaces", Ordered, func() {
 	const (
 		nudgedSessions = 100
@@ -37,6 +46,11 @@ var _ = Describe("Sharing the manager between namespaces", Ordered, func() {
 		// maxWait and medianWait bound the quiet tenant's append -> status.
 		maxWait    = 5 * time.Second
 		medianWait = 2 * time.Second
+		// runsWaited bounds the quiet tenant's append -> Current beyond
+		// its quiet wait, in runs as long as the longest of the flood's:
+		// its assemble and its replay each wait for at most one of the
+		// other namespace's runs, and each takes one of its own.
+		runsWaited = 4
 	)
 	var (
 		teamA, teamB string
@@ -86,6 +100,37 @@ var _ = Describe("Sharing the manager between namespaces", Ordered, func() {
 		By("team-b: one Session, current with its log")
 		quiet := create(bob, teamB, "quiet", turns(1, 1))
 		waitReady(teamB, quiet.Name)
+		a := appenderOf(stores, quiet)
+		turn := 1
+		// appendTurn appends a turn to team-b's Session and returns how long
+		// status.headSeq and then Current took to show it.
+		appendTurn := func() (toHead, toCurrent time.Duration) {
+			turn++
+			head, err := a.Append(ctx, turns(turn, 1)...)
+			Expect(err).NotTo(HaveOccurred())
+			start := time.Now()
+			Expect(nudge(bob, teamB, quiet.Name)).To(Succeed())
+			Eventually(func(g Gomega) {
+				s := getSession(teamB, quiet.Name)(g)
+				g.Expect(s.Status.HeadSeq).NotTo(BeNil())
+				if toHead == 0 && *s.Status.HeadSeq >= head {
+					toHead = time.Since(start)
+				}
+				g.Expect(toHead).NotTo(BeZero())
+				g.Expect(cond(s.Status.Conditions, turnlogv1.ConditionReady)).To(Equal("True/Current"))
+				g.Expect(s.Status.Replay).NotTo(BeNil())
+				g.Expect(s.Status.Replay.ThroughSeq).To(BeNumerically(">=", head))
+			}).WithTimeout(5 * time.Minute).WithPolling(20 * time.Millisecond).Should(Succeed())
+			return toHead, time.Since(start)
+		}
+		By("team-b alone: append -> Current")
+		var quietCurrent time.Duration
+		for range 3 {
+			_, c := appendTurn()
+			quietCurrent = max(quietCurrent, c)
+			time.Sleep(300 * time.Millisecond)
+		}
+		runsBefore := localRunBuckets()
 
 		By("team-a: Sessions to nudge, Sessions with a large segment, a large log to fork")
 		var names []string
@@ -133,29 +178,27 @@ var _ = Describe("Sharing the manager between namespaces", Ordered, func() {
 			})).To(Succeed())
 		}
 
-		By("team-b appends a turn at a time; each must reach status.headSeq within the bound")
-		a := appenderOf(stores, quiet)
-		var waits []time.Duration
-		for turn := 1; turn <= 20; turn++ {
-			head, err := a.Append(ctx, turns(1+turn, 1)...)
-			Expect(err).NotTo(HaveOccurred())
-			start := time.Now()
-			Expect(nudge(bob, teamB, quiet.Name)).To(Succeed())
-			Eventually(func(g Gomega) int64 {
-				s := getSession(teamB, quiet.Name)(g)
-				g.Expect(s.Status.HeadSeq).NotTo(BeNil())
-				return *s.Status.HeadSeq
-			}).WithTimeout(2 * time.Minute).WithPolling(20 * time.Millisecond).Should(BeNumerically(">=", head))
-			waits = append(waits, time.Since(start))
+		By("team-b appends a turn at a time; each must reach status.headSeq, then Current, within the bounds")
+		var waits, currents []time.Duration
+		for range 20 {
+			h, c := appendTurn()
+			waits, currents = append(waits, h), append(currents, c)
 			time.Sleep(300 * time.Millisecond)
 		}
 		close(flood)
 		floodDone.Wait()
 		slices.Sort(waits)
+		slices.Sort(currents)
 		median, longest := waits[len(waits)/2], waits[len(waits)-1]
+		run := longestRunSince(runsBefore)
+		currentBound := quietCurrent + runsWaited*run
 		GinkgoWriter.Printf("team-b append -> status under team-a's flood: median %s, max %s\n", median, longest)
+		GinkgoWriter.Printf("team-b append -> Current: alone at most %s; under the flood median %s, max %s (bound %s: the flood's longest local run is at most %s)\n",
+			quietCurrent, currents[len(currents)/2], currents[len(currents)-1], currentBound, run)
 		Expect(longest).To(BeNumerically("<", maxWait), "waits %v", waits)
 		Expect(median).To(BeNumerically("<", medianWait), "waits %v", waits)
+		Expect(run).To(BeNumerically(">", 0), "the flood ran no local worker run")
+		Expect(currents[len(currents)-1]).To(BeNumerically("<", currentBound), "append -> Current %v", currents)
 
 		By("team-a learns why it waits: forks queued for a copy slot, runs for a worker slot, Throttled")
 		Eventually(func(g Gomega) []string {
@@ -219,4 +262,39 @@ func filler(n int) [][]byte {
 		out[i] = fmt.Appendf(nil, `{"type":"system/message","content":"note %d"}`, i)
 	}
 	return out
+}
+
+// localRunBuckets is the cumulative count of each bucket of the local
+// worker runs' lengths, every task together.
+func localRunBuckets() map[float64]uint64 {
+	GinkgoHelper()
+	out := map[float64]uint64{}
+	for _, task := range []derived.Task{derived.TaskAssemble, derived.TaskReplay} {
+		var m dto.Metric
+		Expect(localRunSeconds.WithLabelValues(string(task)).(prometheus.Metric).Write(&m)).To(Succeed())
+		for _, b := range m.GetHistogram().GetBucket() {
+			out[b.GetUpperBound()] += b.GetCumulativeCount()
+		}
+		out[math.Inf(1)] += m.GetHistogram().GetSampleCount()
+	}
+	return out
+}
+
+// longestRunSince bounds the longest local run since before was taken:
+// the upper bound of the smallest bucket that holds every run since.
+func longestRunSince(before map[float64]uint64) time.Duration {
+	GinkgoHelper()
+	after := localRunBuckets()
+	total := after[math.Inf(1)] - before[math.Inf(1)]
+	if total == 0 {
+		return 0
+	}
+	bounds := slices.Sorted(maps.Keys(after))
+	for _, ub := range bounds {
+		if after[ub]-before[ub] == total {
+			Expect(ub).NotTo(BeNumerically("==", math.Inf(1)), "a local run longer than the largest bucket")
+			return time.Duration(ub * float64(time.Second))
+		}
+	}
+	return 0
 }

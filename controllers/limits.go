@@ -112,10 +112,18 @@ var (
 		Name: "turnlog_slot_waits_total",
 		Help: "Worker runs and fork copies that could not start at once, by what they waited for (worker-runs, namespace-worker-runs, local-worker-runs, fork-copies, namespace-fork-copies).",
 	}, []string{"limit"})
+	// localRunSeconds: a local run holds a slot of the manager's for its
+	// whole length, so it is what another namespace's run may wait behind.
+	// (A worker Job's length is its own: kube-state-metrics has it.)
+	localRunSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "turnlog_local_worker_run_seconds",
+		Help:    "How long a worker run inside the manager (--worker-mode=local) took, by task; each held a local worker slot that long.",
+		Buckets: []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300},
+	}, []string{"task"})
 )
 
 func init() {
-	metrics.Registry.MustRegister(queueDepth, queueWait, queueHeld, slotsQueued)
+	metrics.Registry.MustRegister(queueDepth, queueWait, queueHeld, slotsQueued, localRunSeconds)
 }
 
 type queueMetrics struct {

@@ -96,7 +96,10 @@ func (w *LocalWorkers) Run(ctx context.Context, run WorkerRun) (WorkerOutcome, e
 		return WorkerOutcome{Queued: true, Message: limit}, nil
 	}
 	defer w.slots.release(ns)
-	if _, err := runInProcess(ctx, run); err != nil {
+	began := time.Now()
+	_, err := runInProcess(ctx, run)
+	localRunSeconds.WithLabelValues(string(run.Task)).Observe(time.Since(began).Seconds())
+	if err != nil {
 		msg := storeProblem(ctx, run.Store, fmt.Sprintf("%s run %s", run.Task, run.Name), err).message
 		return WorkerOutcome{Failed: true, Attempt: fmt.Sprintf("local-%d", time.Now().UnixNano()), Message: msg}, nil
 	}

@@ -91,17 +91,17 @@ var _ = Describe("the kubectl plugin", Ordered, func() {
 		Expect(row).NotTo(BeNil(), out)
 		context := kubectl("get", "session", source, "-o", "jsonpath={.status.replay.contextMessages}")
 		Expect(row).To(Equal(map[string]string{"NAME": source, "READY": "True", "HEAD": "22", "TURNS": "4",
-			"CONTEXT": context, "DEGRADED": "1", "CAUSES": "version:3"}))
+			"CONTEXT": context, "DEGRADED": "1", "CAUSES": "version:3", "REFUSED": "-"}))
 	})
 
 	It("lists each turn as a fork point", func() {
 		out, errOut, code := kubectlPlugin(bin, "fork-points", source)
 		Expect(code).To(Equal(0), errOut)
 		Expect(tableRows(out)).To(Equal([]map[string]string{
-			{"CUT": "4", "TURN": "1", "END": "stop", "DEGRADED": "yes (version)", "USER": "Our nightly deploy failed. What happened?"},
-			{"CUT": "11", "TURN": "2", "END": "stop", "DEGRADED": "no", "USER": "How do we make it retry?"},
-			{"CUT": "16", "TURN": "3", "END": "aborted", "DEGRADED": "no", "USER": "Write the full runbook for this."},
-			{"CUT": "22", "TURN": "4", "END": "stop", "DEGRADED": "no", "USER": "Stop. Just the first step, please."},
+			{"CUT": "4", "TURN": "1", "END": "stop", "DEGRADED": "yes (version)", "REFUSED": "no", "USER": "Our nightly deploy failed. What happened?"},
+			{"CUT": "11", "TURN": "2", "END": "stop", "DEGRADED": "no", "REFUSED": "no", "USER": "How do we make it retry?"},
+			{"CUT": "16", "TURN": "3", "END": "aborted", "DEGRADED": "no", "REFUSED": "no", "USER": "Write the full runbook for this."},
+			{"CUT": "22", "TURN": "4", "END": "stop", "DEGRADED": "no", "REFUSED": "no", "USER": "Stop. Just the first step, please."},
 		}))
 	})
 
