@@ -39,6 +39,11 @@ type FloodRow struct {
 	// The quiet namespace's append -> status.headSeq, in seconds.
 	MedianSeconds float64 `json:"medianSeconds"`
 	MaxSeconds    float64 `json:"maxSeconds"`
+	// The quiet namespace's append -> Current (assembled and replayed
+	// through the new head: the transcript a host resumes from), in
+	// seconds.
+	CurrentMedianSeconds float64 `json:"currentMedianSeconds"`
+	CurrentMaxSeconds    float64 `json:"currentMaxSeconds"`
 	// The manager over the row: CPU (share of one core), peak RSS.
 	CPU        float64 `json:"cpu"`
 	PeakRSSMiB float64 `json:"peakRssMiB"`
@@ -70,17 +75,20 @@ func TestFlood(t *testing.T) {
 		stopFlood := h.flood(row)
 		m.resetPeak()
 		cpu0, t0 := m.cpuSeconds(), time.Now()
-		var waits []float64
+		var waits, currents []float64
 		for range *flagFloodProbe {
 			turn++
-			waits = append(waits, h.quietAppend(quiet, turn))
+			toHead, toCurrent := h.quietAppend(quiet, turn)
+			waits, currents = append(waits, toHead), append(currents, toCurrent)
 			time.Sleep(300 * time.Millisecond)
 		}
 		cpu := (m.cpuSeconds() - cpu0) / time.Since(t0).Seconds()
 		_, peak := m.rss()
 		stopFlood()
 		slices.Sort(waits)
-		res := FloodRow{Flood: row, Args: *flagArgs, MedianSeconds: waits[len(waits)/2], MaxSeconds: waits[len(waits)-1], CPU: cpu, PeakRSSMiB: peak}
+		slices.Sort(currents)
+		res := FloodRow{Flood: row, Args: *flagArgs, MedianSeconds: waits[len(waits)/2], MaxSeconds: waits[len(waits)-1],
+			CurrentMedianSeconds: currents[len(currents)/2], CurrentMaxSeconds: currents[len(currents)-1], CPU: cpu, PeakRSSMiB: peak}
 		line, _ := json.Marshal(res)
 		t.Logf("result: %s", line)
 		if *flagFloodOut != "" {
@@ -140,8 +148,9 @@ func (h *harness) waitCurrent(ns, name string, timeout time.Duration) {
 }
 
 // quietAppend appends turn to the quiet Session, nudges it, and returns
-// the seconds until status.headSeq shows it.
-func (h *harness) quietAppend(s *turnlogv1.Session, turn int) float64 {
+// the seconds until status.headSeq shows it and until the Session is
+// Current through it.
+func (h *harness) quietAppend(s *turnlogv1.Session, turn int) (toHead, toCurrent float64) {
 	h.t.Helper()
 	head, err := h.log(s).NewAppender("quiet").Append(h.ctx, turnEvents(turn)...)
 	if err != nil {
@@ -154,11 +163,14 @@ func (h *harness) quietAppend(s *turnlogv1.Session, turn int) float64 {
 		if err := h.c.Get(h.ctx, client.ObjectKeyFromObject(s), got); err != nil {
 			h.t.Fatal(err)
 		}
-		if got.Status.HeadSeq != nil && *got.Status.HeadSeq >= head {
-			return time.Since(began).Seconds()
+		if toHead == 0 && got.Status.HeadSeq != nil && *got.Status.HeadSeq >= head {
+			toHead = time.Since(began).Seconds()
+		}
+		if toHead > 0 && currentThrough(got, head) {
+			return toHead, time.Since(began).Seconds()
 		}
 		if time.Since(began) > 15*time.Minute {
-			h.t.Fatalf("append of turn %d not in status after 15m", turn)
+			h.t.Fatalf("append of turn %d not Current after 15m (in status after %.1fs)", turn, toHead)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -269,4 +281,16 @@ func (m *managerProc) cpuSeconds() float64 {
 	utime, _ := strconv.ParseFloat(f[11], 64)
 	stime, _ := strconv.ParseFloat(f[12], 64)
 	return (utime + stime) / 100 // USER_HZ
+}
+
+// currentThrough reports whether the Session is Ready and Current with its
+// log replayed through head.
+func currentThrough(s *turnlogv1.Session, head int64) bool {
+	for _, c := range s.Status.Conditions {
+		if c.Type == turnlogv1.ConditionReady {
+			return c.Status == metav1.ConditionTrue && c.Reason == turnlogv1.ReasonCurrent &&
+				s.Status.Replay != nil && s.Status.Replay.ThroughSeq >= head
+		}
+	}
+	return false
 }
