@@ -134,8 +134,10 @@ var _ = Describe("Sharing the manager between namespaces", Ordered, func() {
 
 		By("team-a: Sessions to nudge, Sessions with a large segment, a large log to fork")
 		var names []string
+		var nudged []*turnlogv1.Session
 		for i := range nudgedSessions {
-			names = append(names, create(alice, teamA, fmt.Sprintf("nudged-%03d", i), turns(1, 1)).Name)
+			nudged = append(nudged, create(alice, teamA, fmt.Sprintf("nudged-%03d", i), turns(1, 1)))
+			names = append(names, nudged[i].Name)
 		}
 		for i := range slowSessions {
 			names = append(names, create(alice, teamA, fmt.Sprintf("slow-%d", i), turns(1, 1), filler(slowSegment)).Name)
@@ -147,16 +149,31 @@ var _ = Describe("Sharing the manager between namespaces", Ordered, func() {
 		create(alice, teamA, "large", source...)
 		waitReady(teamA, "large")
 
-		By("team-a floods: nudges every second, and forks of the large log")
+		By("team-a floods: appends and nudges every second, and forks of the large log")
+		// Half the nudged Sessions get a turn each round: each
+		// then needs an assemble and a replay run, more runs than the
+		// manager's one local slot gets through, so team-a always has
+		// runs waiting for it.
+		appenders := make([]*sessionlog.Appender, nudgedSessions)
+		next := make([]int, nudgedSessions)
+		for i := range nudgedSessions {
+			appenders[i] = appenderOf(stores, nudged[i])
+			next[i] = 2
+		}
 		flood, floodDone := make(chan struct{}), &sync.WaitGroup{}
 		floodDone.Go(func() {
 			defer GinkgoRecover()
-			for {
-				// Eight nudgers at once, as a tenant's many hosts would.
+			for r := 0; ; r++ {
+				// Eight hosts at once, as a tenant's many hosts would.
 				var round sync.WaitGroup
 				for w := range 8 {
 					round.Go(func() {
 						for i := w; i < len(names); i += 8 {
+							if i < nudgedSessions && (r+i)%2 == 0 {
+								if _, err := appenders[i].Append(ctx, turns(next[i], 1)...); err == nil {
+									next[i]++
+								}
+							}
 							_ = nudge(alice, teamA, names[i]) // a tenant's nudges may fail; the flood goes on
 						}
 					})

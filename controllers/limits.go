@@ -2,16 +2,19 @@ package controllers
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -238,6 +241,12 @@ func (f *fairQueue) reportHeld(req reconcile.Request, obj client.Object, recorde
 // ahead of a namespace with one. A namespace that has not asked again
 // within turnGrace (its object was deleted, or its work was done another
 // way) loses its turn, so a turn never holds a slot idle for long.
+//
+// A slot that frees wakes one object of the namespace whose turn it is
+// (wake), so the turn is taken at once rather than at that object's next
+// look, slotRetry later: otherwise every turn held the slot idle for
+// seconds, and a run waited for those seconds as well as for the runs
+// ahead of it.
 type slots struct {
 	// total and perNamespace are the limits (0: none); the names are what
 	// status and metrics call them.
@@ -251,6 +260,11 @@ type slots struct {
 	// waiting first; asked is when each last asked for a slot.
 	waiting []string
 	asked   map[string]time.Time
+	// waiters are the objects that found no slot, by namespace, in the
+	// order they first asked; wake, if set, is given one of them when a
+	// slot frees for its namespace.
+	waiters map[string][]types.NamespacedName
+	wake    func(types.NamespacedName)
 	// now is the clock; nil is time.Now.
 	now func() time.Time
 }
@@ -259,15 +273,14 @@ type slots struct {
 // a few retries (slotRetry, jittered) of its waiting work.
 const turnGrace = 3 * slotRetry
 
-// tryAcquire takes a slot for namespace; if none is free, or it is another
-// waiting namespace's turn, it returns why.
-func (s *slots) tryAcquire(namespace string) (ok bool, limit string) {
+// tryAcquire takes a slot for the object who; if none is free, or it is
+// another waiting namespace's turn, it returns why, and who is woken when
+// a slot frees for it.
+func (s *slots) tryAcquire(who types.NamespacedName) (ok bool, limit string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := time.Now()
-	if s.now != nil {
-		now = s.now()
-	}
+	now := s.clock()
+	namespace := who.Namespace
 	if s.asked == nil {
 		s.asked = map[string]time.Time{}
 	}
@@ -277,22 +290,52 @@ func (s *slots) tryAcquire(namespace string) (ok bool, limit string) {
 	s.asked[namespace] = now
 	switch {
 	case s.perNamespace > 0 && s.byName[namespace] >= s.perNamespace:
+		s.addWaiter(who)
 		slotsQueued.WithLabelValues(s.perNamespaceName).Inc()
 		return false, fmt.Sprintf("namespace %s has %d going (--%s=%d)", namespace, s.byName[namespace], s.perNamespaceName, s.perNamespace)
 	case s.total > 0 && s.inUse >= s.total:
 		s.wait(namespace)
+		s.addWaiter(who)
 		slotsQueued.WithLabelValues(s.totalName).Inc()
 		return false, fmt.Sprintf("the manager has %d going (--%s=%d)", s.inUse, s.totalName, s.total)
 	}
 	if turn := s.turn(now); turn != "" && turn != namespace {
 		s.wait(namespace)
+		s.addWaiter(who)
 		slotsQueued.WithLabelValues(s.totalName).Inc()
 		return false, fmt.Sprintf("the next free slot is namespace %s's turn (--%s=%d, shared round robin between the namespaces waiting)", turn, s.totalName, s.total)
 	}
 	s.waiting = slices.DeleteFunc(s.waiting, func(ns string) bool { return ns == namespace })
+	s.removeWaiter(who)
 	s.inUse++
 	s.byName[namespace]++
 	return true, ""
+}
+
+func (s *slots) clock() time.Time {
+	if s.now != nil {
+		return s.now()
+	}
+	return time.Now()
+}
+
+// addWaiter notes that who waits for a slot, once.
+func (s *slots) addWaiter(who types.NamespacedName) {
+	if s.waiters == nil {
+		s.waiters = map[string][]types.NamespacedName{}
+	}
+	if !slices.Contains(s.waiters[who.Namespace], who) {
+		s.waiters[who.Namespace] = append(s.waiters[who.Namespace], who)
+	}
+}
+
+func (s *slots) removeWaiter(who types.NamespacedName) {
+	ws := slices.DeleteFunc(s.waiters[who.Namespace], func(w types.NamespacedName) bool { return w == who })
+	if len(ws) == 0 {
+		delete(s.waiters, who.Namespace)
+	} else {
+		s.waiters[who.Namespace] = ws
+	}
 }
 
 // wait puts namespace at the back of the waiting namespaces, unless it is
@@ -324,18 +367,66 @@ func (s *slots) turn(now time.Time) string {
 	return ""
 }
 
+// wakes is the namespace whose first waiter a slot freed by released is
+// for: the one whose turn it is, else released (its own share freed),
+// else any other with waiters under its share; "" if none.
+func (s *slots) wakes(released string) string {
+	if turn := s.turn(s.clock()); turn != "" {
+		if len(s.waiters[turn]) > 0 {
+			return turn
+		}
+		return "" // its turn, taken at its next look
+	}
+	if len(s.waiters[released]) > 0 {
+		return released
+	}
+	for _, ns := range slices.Sorted(maps.Keys(s.waiters)) {
+		if s.perNamespace <= 0 || s.byName[ns] < s.perNamespace {
+			return ns
+		}
+	}
+	return ""
+}
+
+// release frees namespace's slot and wakes the object the slot is for
+// (wakes).
 func (s *slots) release(namespace string) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.inUse--
 	if s.byName[namespace]--; s.byName[namespace] <= 0 {
 		delete(s.byName, namespace)
 	}
+	var woken types.NamespacedName
+	if s.wake != nil {
+		if next := s.wakes(namespace); next != "" {
+			woken = s.waiters[next][0]
+			s.removeWaiter(woken)
+		}
+	}
+	s.mu.Unlock()
+	if woken.Name != "" {
+		s.wake(woken)
+	}
 }
 
-// slotRetry is how soon work that found no slot looks again; slots free up
-// as runs and copies end, which nothing announces to the waiting objects.
+// slotRetry is how soon work that found no slot looks again, should its
+// wake-up be lost (a full channel, a manager restart).
 const slotRetry = 2 * time.Second
+
+// wakeups carries the objects a freed slot is for to their controller,
+// which reconciles them at once (controllers' WatchesRawSource).
+type wakeups chan event.GenericEvent
+
+// waker returns a slots.wake that sends the object, built by newObject,
+// to w, dropping it if w is full: the object's own retry takes over.
+func (w wakeups) waker(newObject func(types.NamespacedName) client.Object) func(types.NamespacedName) {
+	return func(key types.NamespacedName) {
+		select {
+		case w <- event.GenericEvent{Object: newObject(key)}:
+		default:
+		}
+	}
+}
 
 // jittered is d plus up to half of it, so that work that found no slot at
 // the same moment does not come back all at once.

@@ -4,7 +4,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
 )
+
+// obj is an object of namespace ns that asks for a slot.
+func obj(ns string) types.NamespacedName {
+	return types.NamespacedName{Namespace: ns, Name: "run-of-" + ns}
+}
 
 // TestSlots: a namespace at its share waits while others go on, the
 // manager's total caps every namespace, and a released slot is free
@@ -12,21 +19,21 @@ import (
 func TestSlots(t *testing.T) {
 	s := &slots{total: 3, totalName: "fork-copies", perNamespace: 2, perNamespaceName: "namespace-fork-copies"}
 	for _, ns := range []string{"a", "a"} {
-		if ok, limit := s.tryAcquire(ns); !ok {
+		if ok, limit := s.tryAcquire(obj(ns)); !ok {
 			t.Fatalf("slot for %s refused: %s", ns, limit)
 		}
 	}
-	if ok, limit := s.tryAcquire("a"); ok || limit != "namespace a has 2 going (--namespace-fork-copies=2)" {
+	if ok, limit := s.tryAcquire(obj("a")); ok || limit != "namespace a has 2 going (--namespace-fork-copies=2)" {
 		t.Fatalf("third slot for a: %v %q", ok, limit)
 	}
-	if ok, _ := s.tryAcquire("b"); !ok {
+	if ok, _ := s.tryAcquire(obj("b")); !ok {
 		t.Fatal("b refused while a was at its share")
 	}
-	if ok, limit := s.tryAcquire("c"); ok || !strings.Contains(limit, "--fork-copies=3") {
+	if ok, limit := s.tryAcquire(obj("c")); ok || !strings.Contains(limit, "--fork-copies=3") {
 		t.Fatalf("slot over the total: %v %q", ok, limit)
 	}
 	s.release("a")
-	if ok, _ := s.tryAcquire("c"); !ok {
+	if ok, _ := s.tryAcquire(obj("c")); !ok {
 		t.Fatal("c refused after a released a slot")
 	}
 	if len(s.byName) != 3 {
@@ -68,7 +75,7 @@ func TestSlotsRoundRobin(t *testing.T) {
 	try := func(ns string) (bool, string) {
 		t.Helper()
 		now = now.Add(100 * time.Millisecond)
-		return s.tryAcquire(ns)
+		return s.tryAcquire(obj(ns))
 	}
 	if ok, _ := try("flood"); !ok {
 		t.Fatal("the first run was refused")
@@ -103,5 +110,46 @@ func TestSlotsRoundRobin(t *testing.T) {
 	now = now.Add(turnGrace + time.Second)
 	if ok, why := try("flood"); !ok {
 		t.Fatalf("a lapsed turn held the slot: %s", why)
+	}
+}
+
+// TestSlotsWakeTheTurn: a slot that frees wakes the object whose
+// namespace's turn it is, so the turn does not hold the slot idle until
+// that object looks again; a namespace's own share freeing wakes its own.
+func TestSlotsWakeTheTurn(t *testing.T) {
+	var woken []types.NamespacedName
+	s := &slots{total: 1, totalName: "local-worker-runs", perNamespace: 1, perNamespaceName: "namespace-worker-runs",
+		wake: func(k types.NamespacedName) { woken = append(woken, k) }}
+	flood := func(i int) types.NamespacedName {
+		return types.NamespacedName{Namespace: "flood", Name: "child-" + string(rune('a'+i))}
+	}
+	if ok, _ := s.tryAcquire(flood(0)); !ok {
+		t.Fatal("the first run was refused")
+	}
+	for i := 1; i < 4; i++ {
+		if ok, _ := s.tryAcquire(flood(i)); ok {
+			t.Fatal("a run over the limits got a slot")
+		}
+	}
+	if ok, _ := s.tryAcquire(obj("quiet")); ok {
+		t.Fatal("quiet got a slot over --local-worker-runs=1")
+	}
+	s.release("flood")
+	if len(woken) != 1 || woken[0] != obj("quiet") {
+		t.Fatalf("woken %v; want quiet's run, whose turn it is", woken)
+	}
+	if ok, why := s.tryAcquire(obj("quiet")); !ok {
+		t.Fatalf("quiet refused when woken: %s", why)
+	}
+	s.release("quiet")
+	// No other namespace waits: flood's first waiter is woken.
+	if len(woken) != 2 || woken[1] != flood(1) {
+		t.Fatalf("woken %v; want flood's first waiting run", woken)
+	}
+	if ok, _ := s.tryAcquire(flood(1)); !ok {
+		t.Fatal("flood's woken run was refused")
+	}
+	if len(s.waiters["flood"]) != 2 || s.waiters["quiet"] != nil {
+		t.Fatalf("waiters %v: want flood's two others", s.waiters)
 	}
 }

@@ -16,8 +16,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/internal/derived"
@@ -59,6 +61,9 @@ type SessionReconciler struct {
 	// bounds and tracks its reconciles (watchdog.go).
 	queue    *fairQueue
 	watchdog *watchdog
+	// wakeups are the Sessions a freed local worker slot is for
+	// (slots.wake).
+	wakeups wakeups
 	// orphans records the logs deletion leaves in a failing store; nil:
 	// only the LogOrphaned Event says where they are.
 	orphans *orphanLedger
@@ -525,6 +530,9 @@ func (r *SessionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("session")
 	if r.PodWorkers {
 		b = b.Owns(&batchv1.Job{})
+	}
+	if r.wakeups != nil {
+		b = b.WatchesRawSource(source.Channel(r.wakeups, &handler.EnqueueRequestForObject{}))
 	}
 	if r.queue == nil {
 		r.queue = &fairQueue{}

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/internal/derived"
@@ -44,8 +45,10 @@ type SessionForkReconciler struct {
 
 	// queue is the controller's fair queue (limits.go); copies bounds the
 	// forks cut and copied at once, since each reads the source's log.
-	queue    *fairQueue
-	copies   *slots
+	queue  *fairQueue
+	copies *slots
+	// wakeups are the forks a freed copy slot is for (slots.wake).
+	wakeups  wakeups
 	watchdog *watchdog
 	// announced remembers, by fork, the ending whose Event was raised: a
 	// reconcile on a cache that has not seen the fork's new status yet
@@ -253,7 +256,7 @@ func (r *SessionForkReconciler) acquireCopySlot(s *forkScope) bool {
 	if r.copies == nil {
 		return true
 	}
-	ok, limit := r.copies.tryAcquire(s.fork.Namespace)
+	ok, limit := r.copies.tryAcquire(client.ObjectKeyFromObject(s.fork))
 	if ok {
 		s.copySlot = true
 		return true
@@ -445,10 +448,13 @@ func (r *SessionForkReconciler) SetupWithManager(ctx context.Context, mgr ctrl.M
 	if r.watchdog != nil {
 		rec = r.watchdog.watch("sessionfork", r, func() client.Object { return &turnlogv1.SessionFork{} })
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&turnlogv1.SessionFork{}).
-		Watches(&turnlogv1.Session{}, handler.EnqueueRequestsFromMapFunc(r.forksOfSource)).
-		Named("sessionfork").
+		Watches(&turnlogv1.Session{}, handler.EnqueueRequestsFromMapFunc(r.forksOfSource))
+	if r.wakeups != nil {
+		b = b.WatchesRawSource(source.Channel(r.wakeups, &handler.EnqueueRequestForObject{}))
+	}
+	return b.Named("sessionfork").
 		WithOptions(r.queue.options(r.PollInterval)).
 		Complete(rec)
 }

@@ -7,10 +7,14 @@ import (
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 )
 
 // Worker modes.
@@ -149,9 +153,13 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 	}
 	switch cfg.WorkerMode {
 	case WorkerModeLocal:
+		sessions.wakeups = make(wakeups, 1024)
 		sessions.Workers = &LocalWorkers{slots: slots{
 			total: limits.LocalWorkerRuns, totalName: "local-worker-runs",
 			perNamespace: limits.NamespaceWorkerRuns, perNamespaceName: "namespace-worker-runs",
+			wake: sessions.wakeups.waker(func(k types.NamespacedName) client.Object {
+				return &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name}}
+			}),
 		}}
 	case WorkerModePod:
 		if cfg.Jobs.Image == "" {
@@ -165,11 +173,15 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 	if err := sessions.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the Session controller: %w", err)
 	}
+	forkWakeups := make(wakeups, 1024)
 	forks := &SessionForkReconciler{Client: mgr.GetClient(), Recorder: recorder, Stores: cfg.Stores, PollInterval: cfg.PollInterval,
-		queue: &fairQueue{limits: limits}, watchdog: watch,
+		queue: &fairQueue{limits: limits}, watchdog: watch, wakeups: forkWakeups,
 		copies: &slots{
 			total: limits.ForkCopies, totalName: "fork-copies",
 			perNamespace: limits.NamespaceForkCopies, perNamespaceName: "namespace-fork-copies",
+			wake: forkWakeups.waker(func(k types.NamespacedName) client.Object {
+				return &turnlogv1.SessionFork{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name}}
+			}),
 		},
 	}
 	if err := forks.SetupWithManager(ctx, mgr); err != nil {

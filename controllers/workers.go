@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/internal/derived"
 	"github.com/turnlog/turnlog/internal/sessionlog"
@@ -92,7 +94,7 @@ type LocalWorkers struct {
 // storeProblem's stable words, the details only the manager's log.
 func (w *LocalWorkers) Run(ctx context.Context, run WorkerRun) (WorkerOutcome, error) {
 	ns := run.Session.Namespace
-	if ok, limit := w.slots.tryAcquire(ns); !ok {
+	if ok, limit := w.slots.tryAcquire(client.ObjectKeyFromObject(run.Session)); !ok {
 		return WorkerOutcome{Queued: true, Message: limit}, nil
 	}
 	defer w.slots.release(ns)
