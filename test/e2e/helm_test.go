@@ -16,10 +16,10 @@ import (
 // The Helm path: `helm install` of charts/turnlog, with helm itself (the
 // version pinned in hack/helm), gives the same running manager as the
 // one-file install — a container under the restricted Pod Security
-// Standard that reconciles a Session and a fork — and `helm uninstall`
-// removes it again.
+// Standard that reconciles a Session and a fork — `helm upgrade` with new
+// values rolls it out with them, and `helm uninstall` removes it again.
 var _ = Describe("the Helm chart installed with helm (container node)", func() {
-	It("runs the manager as a container under the restricted Pod Security Standard and reconciles a Session and a fork", func(ctx SpecContext) {
+	It("runs the manager as a container under the restricted Pod Security Standard, reconciles a Session and a fork, and upgrades", func(ctx SpecContext) {
 		m := needContainerNode()
 		const namespace, release, releaseNamespace = "turnlog-system", "turnlog", "default"
 		h := newHelm()
@@ -68,6 +68,29 @@ var _ = Describe("the Helm chart installed with helm (container node)", func() {
 			To(Equal("Helm"))
 
 		expectDeployedManagerReconciles("helm-installed")
+
+		By("helm upgrade with new values: the manager rolls out with them and goes on reconciling")
+		upgraded, err := yaml.Marshal(map[string]any{
+			"image":     map[string]any{"repository": repository, "tag": tag},
+			"stores":    "default " + env.storeURL + "\n",
+			"limits":    map[string]any{"namespaceWorkerRuns": 2},
+			"extraArgs": []string{"--poll-interval=45s"},
+		})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(os.WriteFile(valuesFile, upgraded, 0o644)).To(Succeed())
+		h.run("upgrade", release, h.chart, "-n", releaseNamespace, "-f", valuesFile)
+		Expect(h.run("status", release, "-n", releaseNamespace)).To(And(ContainSubstring("STATUS: deployed"), ContainSubstring("REVISION: 2")))
+		Eventually(func() (string, error) {
+			return tryKubectl("rollout", "status", "deployment/"+managerDeployment, "-n", namespace, "--timeout=10s")
+		}).WithTimeout(3 * time.Minute).Should(ContainSubstring("successfully rolled out"))
+		// One manager pod, the new one, running with the new flags.
+		Eventually(func() (string, error) {
+			return tryKubectl("get", "pods", "-n", namespace, "-l", "app.kubernetes.io/component=manager",
+				"-o", `jsonpath={range .items[*]}{.spec.containers[0].args}{"\n"}{end}`)
+		}).WithTimeout(3 * time.Minute).Should(And(
+			MatchRegexp(`^[^\n]*--namespace-worker-runs=2[^\n]*\n$`), ContainSubstring("--poll-interval=45s")))
+		expectManagerContainerRunning(namespace)
+		expectDeployedManagerReconciles("helm-upgraded")
 	})
 })
 
