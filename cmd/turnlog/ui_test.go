@@ -2,8 +2,10 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -143,14 +145,69 @@ func TestUIInBrowser(t *testing.T) {
 	browse(t, page, "the child's page",
 		chromedp.Click(chromedp.CSS(`#tree a[href="/s/default/support-chat-retry"]`)),
 		poll(`document.querySelector('#tree a[href="/s/default/support-chat"]') !== null && document.querySelectorAll('.transcript li.message').length > 0`))
-	childPage := evaluate[struct{ FrozenInTranscript, Turn4 bool }](t, page, "read the child's page", fmt.Sprintf(`(() => ({
-		FrozenInTranscript: [...document.querySelectorAll('.transcript')].some((l) => l.textContent.includes(%[1]q)),
-		Turn4: document.getElementById('conversation').textContent.includes(%[2]q),
-	}))()`, sampleFrozen, sampleTurn4))
+	// The page renders again as the child's status changes (showing
+	// "Loading…" meanwhile): read it once it is there.
+	var childPage struct{ Loaded, FrozenInTranscript, Turn4 bool }
+	for range 50 {
+		childPage = evaluate[struct{ Loaded, FrozenInTranscript, Turn4 bool }](t, page, "read the child's page", fmt.Sprintf(`(() => {
+			const c = document.getElementById('conversation');
+			return {
+				Loaded: !!c && document.querySelectorAll('.transcript li.message').length > 0,
+				FrozenInTranscript: [...document.querySelectorAll('.transcript')].some((l) => l.textContent.includes(%[1]q)),
+				Turn4: !!c && c.textContent.includes(%[2]q),
+			};
+		})()`, sampleFrozen, sampleTurn4))
+		if childPage.Loaded {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !childPage.Loaded {
+		t.Fatal("the child's page did not render its conversation")
+	}
 	browse(t, page, "screenshot the child", shots("ui-child.png"))
 	if childPage.FrozenInTranscript || childPage.Turn4 {
 		t.Errorf("child's transcript: frozen text in it %v, turn 4 in it %v; want neither", childPage.FrozenInTranscript, childPage.Turn4)
 	}
+
+	// A Session whose provider refused a thinking block: the message that
+	// carries it says so in replay's words, the summary counts it, and the
+	// answers that only reported it are not marked.
+	importLog(ctx, t, tl, "refused-chat", bytes.NewReader(refusedLog(3)))
+	waitSession(ctx, t, tl.Client, "refused-chat", 12)
+	browse(t, page, "a Session with a refused block",
+		chromedp.Navigate(strings.TrimSuffix(url, "/")+"/s/default/refused-chat"),
+		poll(`document.querySelector('li.message.refused[data-seq="3"] .refused-note')?.textContent.includes(`+
+			`"thinking block 0 of seq 3 kept, as pi keeps it: refused by anthropic (prefix_binding_mismatch) at messages.2.content.0, reported at seq 7")`),
+		poll(`document.getElementById('refused')?.textContent.startsWith("1 thinking block the provider refused — sent again, as pi does")`))
+	if marked := evaluate[int](t, page, "count the refused messages", `document.querySelectorAll('li.message.refused').length`); marked != 1 {
+		t.Errorf("%d messages marked refused, want seq 3's alone", marked)
+	}
+}
+
+// refusedLog is a session of claude-opus-5 (managed effort) whose answer
+// to turn 2 (seq 7) reports, as pi-ai 1.6 records Anthropic's
+// input_transformations, that the provider dropped the thinking of the
+// answer to turn 1 (seq 3) for a prefix mismatch; each later answer
+// reports it again.
+func refusedLog(turns int) []byte {
+	ev := []string{`"type":"session/start","adapter":{"kind":"pi-ai","api":"anthropic-messages","provider":"anthropic","model":"claude-opus-5","releaseLine":"1"}`}
+	for turn := 1; turn <= turns; turn++ {
+		diags := ""
+		if turn > 1 {
+			diags = `,"diagnostics":[{"type":"anthropic_input_transformations","timestamp":1,"details":{"transformations":[{"type":"thinking_dropped","path":"messages.2.content.0","reason":"prefix_binding_mismatch"}]}}]`
+		}
+		ev = append(ev,
+			fmt.Sprintf(`"type":"turn/start","turn":%d`, turn),
+			fmt.Sprintf(`"type":"user/message","turn":%d,"content":"question %d"`, turn, turn),
+			fmt.Sprintf(`"type":"assistant/message","turn":%d,"response":0,"message":{"content":[{"type":"thinking","thinking":"think %d","thinkingSignature":"sig%d"},{"type":"text","text":"answer %d"}],"api":"anthropic-messages","provider":"anthropic","model":"claude-opus-5","stopReason":"stop","providerThinkingLevel":"high"%s}`, turn, turn, turn, turn, diags),
+			fmt.Sprintf(`"type":"turn/end","turn":%d,"reason":"stop"`, turn))
+	}
+	var b bytes.Buffer
+	for seq, e := range ev {
+		fmt.Fprintf(&b, `{"seq":%d,%s}`+"\n", seq, e)
+	}
+	return b.Bytes()
 }
 
 // sessionFacts are what the Session page shows a person.
@@ -188,7 +245,13 @@ func importSample(ctx context.Context, t *testing.T, tl *turnlogtest.Env) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	events, err := agenthost.ReadEvents(bufio.NewReader(f), 0)
+	importLog(ctx, t, tl, "support-chat", f)
+}
+
+// importLog imports the log r holds as Session name of namespace default.
+func importLog(ctx context.Context, t *testing.T, tl *turnlogtest.Env, name string, r io.Reader) {
+	t.Helper()
+	events, err := agenthost.ReadEvents(bufio.NewReader(r), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +260,7 @@ func importSample(ctx context.Context, t *testing.T, tl *turnlogtest.Env) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	if _, err := st.ImportSession(ctx, tl.Client, "default", "support-chat", events, nil); err != nil {
+	if _, err := st.ImportSession(ctx, tl.Client, "default", name, events, nil); err != nil {
 		t.Fatal(err)
 	}
 }

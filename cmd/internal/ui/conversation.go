@@ -52,6 +52,11 @@ type entry struct {
 	Synthetic bool            `json:"synthetic,omitempty"`
 	Message   json.RawMessage `json:"message,omitempty"`
 	Degraded  *degradedView   `json:"degraded,omitempty"`
+	// Refused are what replay read of the provider refusing the message's
+	// blocks, each diagnostic's words; DroppedBlocks the blocks the
+	// transcript left out for it (spec.adapter.refusedBlocks: Drop).
+	Refused       []string `json:"refused,omitempty"`
+	DroppedBlocks []int    `json:"droppedBlocks,omitempty"`
 
 	Response   int                    `json:"response,omitempty"`
 	StopReason string                 `json:"stopReason,omitempty"`
@@ -123,10 +128,21 @@ func frozenForkAt(cutSeq int64) string {
 // partials in seq order, turn by turn. raw may be nil (the log could not
 // be read); tr may be empty (not replayed yet).
 func buildConversation(tr agenthost.Transcript, raw *rawLog, degraded map[int64]*degradedView) []turnView {
+	refused := map[int64][]string{}
+	for _, d := range tr.Diagnostics {
+		if d.Code == replay.CodeReplayStateRefused {
+			refused[d.Seq] = append(refused[d.Seq], d.Message)
+		}
+	}
 	var entries []entry
 	for _, m := range tr.Messages {
-		entries = append(entries, entry{Kind: "message", Seq: m.Seq, ForkAt: strconv.FormatInt(m.Seq, 10), Role: m.Role,
-			Replay: string(m.Replay), Origin: m.Origin, Synthetic: m.Synthetic, Message: m.Message, Degraded: degraded[m.Seq]})
+		e := entry{Kind: "message", Seq: m.Seq, ForkAt: strconv.FormatInt(m.Seq, 10), Role: m.Role,
+			Replay: string(m.Replay), Origin: m.Origin, Synthetic: m.Synthetic, Message: m.Message, Degraded: degraded[m.Seq],
+			DroppedBlocks: m.DroppedBlocks}
+		if m.Role == "assistant" && !m.Synthetic {
+			e.Refused = refused[m.Seq]
+		}
+		entries = append(entries, e)
 	}
 	turnOf := func(seq int64) int64 { return 0 }
 	turnInfo := func(turn int64) turnView { return turnView{Turn: turn, CutSeq: -1} }

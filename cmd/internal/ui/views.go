@@ -32,6 +32,10 @@ type sessionView struct {
 	Degraded     int64              `json:"degraded"`
 	Causes       []cmdkit.CauseSeqs `json:"causes"`
 	MoreDegraded int64              `json:"moreDegraded,omitempty"`
+	// Refused counts the blocks the provider refused (status.replay.refused,
+	// every reason but unmapped); Dropped those the transcript leaves out.
+	Refused int64 `json:"refused,omitempty"`
+	Dropped int64 `json:"dropped,omitempty"`
 	ThroughSeq   *int64             `json:"throughSeq,omitempty"`
 	ForkedFrom   *forkOriginView    `json:"forkedFrom,omitempty"`
 	Adapter      string             `json:"adapter,omitempty"`
@@ -59,6 +63,9 @@ func viewSession(s *turnlogv1.Session) sessionView {
 			listed += int64(len(c.Seqs))
 		}
 		v.MoreDegraded = max(0, r.Degraded-listed)
+		c := r.Refused
+		v.Refused = c.PrefixBindingMismatch + c.ModelBindingMismatch + c.OrganizationBindingMismatch + c.EndUserBindingMismatch + c.Other
+		v.Dropped = c.Dropped
 	}
 	if f := s.Spec.ForkedFrom; f != nil {
 		v.ForkedFrom = &forkOriginView{Session: f.Session, Fork: f.Fork, AnchorSeq: f.AnchorSeq, CutSeq: f.CutSeq}

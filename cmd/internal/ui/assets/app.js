@@ -181,6 +181,8 @@ function renderSession(ns, page) {
     el("dt", {}, "Turns"), el("dd", {}, String(s.turns)),
     el("dt", {}, "Context"), el("dd", {}, opt(s.context) + " messages"),
     el("dt", {}, "Degraded"), el("dd", {}, String(s.degraded) + (s.degraded ? " — " + causesText(s) : "")),
+    s.refused ? [el("dt", {}, "Refused"), el("dd", { id: "refused" }, s.refused + (s.refused === 1 ? " thinking block" : " thinking blocks") + " the provider refused — " +
+      (s.dropped ? s.dropped + " left out of the transcript" : "sent again, as pi does"))] : null,
     s.adapter ? [el("dt", {}, "Adapter"), el("dd", {}, s.adapter)] : null,
     s.forkedFrom ? [el("dt", {}, "Forked from"),
       el("dd", {}, el("a", { href: sessionHref(ns, s.forkedFrom.session) }, s.forkedFrom.session),
@@ -241,6 +243,7 @@ function renderMessage(ns, s, e) {
   const cls = ["message", "role-" + e.role];
   if (e.origin) cls.push("origin");
   if (e.degraded) cls.push("degraded");
+  if (e.refused || e.droppedBlocks) cls.push("refused");
   if (e.role === "toolResult") cls.push("tool-result", m.isError ? "is-error" : "");
   const meta = el("div", { class: "meta" },
     el("span", { class: "who" }, who(e)),
@@ -248,7 +251,8 @@ function renderMessage(ns, s, e) {
     e.replay ? el("span", { class: "badge" }, e.replay) : null,
     m.model ? el("span", {}, m.model) : null,
     e.role === "toolResult" && m.toolCallId ? el("span", {}, "for call " + m.toolCallId) : null,
-    e.degraded ? el("span", { class: "badge warn" }, "degraded: " + e.degraded.cause) : null);
+    e.degraded ? el("span", { class: "badge warn" }, "degraded: " + e.degraded.cause) : null,
+    e.refused || e.droppedBlocks ? el("span", { class: "badge warn" }, "refused by the provider") : null);
   const li = el("li", { class: cls.join(" ").trim(), "data-seq": e.seq }, meta, renderContent(m.content));
   if (e.role === "assistant" && m.stopReason) li.append(el("div", { class: "meta stop" }, "stop reason: " + m.stopReason));
   if (e.degraded) {
@@ -256,6 +260,12 @@ function renderMessage(ns, s, e) {
       "Replayed provider-neutral (cause " + e.degraded.cause + "): ",
       e.degraded.event || e.degraded.detail || "its replay state could not be used.",
       e.degraded.event ? el("span", { class: "muted" }, " — ReplayDegraded Event") : null));
+  }
+  if (e.refused || e.droppedBlocks) {
+    li.append(el("div", { class: "refused-note" },
+      (e.refused || []).map((r) => el("div", {}, r)),
+      e.droppedBlocks ? el("div", {}, "Left out of the transcript: block " + e.droppedBlocks.join(", ") + " (spec.adapter.refusedBlocks: Drop).") : null,
+      el("span", { class: "muted" }, "ReplayStateRefused Events")));
   }
   li.append(forkActions(ns, s, e));
   return li;
