@@ -34,12 +34,12 @@ type sessionView struct {
 	MoreDegraded int64              `json:"moreDegraded,omitempty"`
 	// Refused counts the blocks the provider refused (status.replay.refused,
 	// every reason but unmapped); Dropped those the transcript leaves out.
-	Refused int64 `json:"refused,omitempty"`
-	Dropped int64 `json:"dropped,omitempty"`
-	ThroughSeq   *int64             `json:"throughSeq,omitempty"`
-	ForkedFrom   *forkOriginView    `json:"forkedFrom,omitempty"`
-	Adapter      string             `json:"adapter,omitempty"`
-	Version      string             `json:"version"`
+	Refused    int64           `json:"refused,omitempty"`
+	Dropped    int64           `json:"dropped,omitempty"`
+	ThroughSeq *int64          `json:"throughSeq,omitempty"`
+	ForkedFrom *forkOriginView `json:"forkedFrom,omitempty"`
+	Adapter    string          `json:"adapter,omitempty"`
+	Version    string          `json:"version"`
 }
 
 type forkOriginView struct {
