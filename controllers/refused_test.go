@@ -10,39 +10,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/testutil/loggen"
 	"github.com/turnlog/turnlog/internal/turnlog"
 )
-
-// refusedLog: a session of claude-opus-5 (managed effort) whose answer to
-// turn 2 (seq 7) reports, as pi-ai 1.6 records Anthropic's
-// input_transformations, that the provider dropped the thinking of the
-// answer to turn 1 (seq 3, block 0) for a prefix mismatch; each later
-// turn's answer reports it again.
-func refusedLog(turns int) []byte {
-	ev := []string{`"type":"session/start","adapter":{"kind":"pi-ai","api":"anthropic-messages","provider":"anthropic","model":"claude-opus-5","releaseLine":"1"}`}
-	for turn := 1; turn <= turns; turn++ {
-		diags := ""
-		if turn > 1 {
-			diags = `,"diagnostics":[{"type":"anthropic_input_transformations","timestamp":1,"details":{"transformations":[{"type":"thinking_dropped","path":"messages.2.content.0","reason":"prefix_binding_mismatch"}]}}]`
-		}
-		ev = append(ev,
-			fmt.Sprintf(`"type":"turn/start","turn":%d`, turn),
-			fmt.Sprintf(`"type":"user/message","turn":%d,"content":"question %d"`, turn, turn),
-			fmt.Sprintf(`"type":"assistant/message","turn":%d,"response":0,"message":{"content":[{"type":"thinking","thinking":"think %d","thinkingSignature":"sig%d"},{"type":"text","text":"answer %d"}],"api":"anthropic-messages","provider":"anthropic","model":"claude-opus-5","stopReason":"stop","providerThinkingLevel":"high"%s}`, turn, turn, turn, turn, diags),
-			fmt.Sprintf(`"type":"turn/end","turn":%d,"reason":"stop"`, turn))
-	}
-	var b bytes.Buffer
-	for seq, e := range ev {
-		fmt.Fprintf(&b, `{"seq":%d,%s}`+"\n", seq, e)
-	}
-	return b.Bytes()
-}
 
 var _ = Describe("Refused replay state", Ordered, func() {
 	m := localManager("refused")
 
 	It("counts a block the provider refused in status and raises one ReplayStateRefused Event for it, not a degrade", func() {
-		log := refusedLog(3)
+		log := loggen.RefusedLog(3)
 		_, _, err := m.sio.Import(ctx, m.ns, "refused", bytes.NewReader(logLines(log, 9)))
 		Expect(err).NotTo(HaveOccurred())
 		Eventually(func(g Gomega) {

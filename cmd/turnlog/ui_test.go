@@ -20,6 +20,7 @@ import (
 	"github.com/turnlog/turnlog/agenthost"
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/internal/testutil/controlplane"
+	"github.com/turnlog/turnlog/internal/testutil/loggen"
 	"github.com/turnlog/turnlog/turnlogtest"
 )
 
@@ -173,7 +174,7 @@ func TestUIInBrowser(t *testing.T) {
 	// A Session whose provider refused a thinking block: the message that
 	// carries it says so in replay's words, the summary counts it, and the
 	// answers that only reported it are not marked.
-	importLog(ctx, t, tl, "refused-chat", bytes.NewReader(refusedLog(3)))
+	importLog(ctx, t, tl, "refused-chat", bytes.NewReader(loggen.RefusedLog(3)))
 	waitSession(ctx, t, tl.Client, "refused-chat", 12)
 	browse(t, page, "a Session with a refused block",
 		chromedp.Navigate(strings.TrimSuffix(url, "/")+"/s/default/refused-chat"),
@@ -183,31 +184,6 @@ func TestUIInBrowser(t *testing.T) {
 	if marked := evaluate[int](t, page, "count the refused messages", `document.querySelectorAll('li.message.refused').length`); marked != 1 {
 		t.Errorf("%d messages marked refused, want seq 3's alone", marked)
 	}
-}
-
-// refusedLog is a session of claude-opus-5 (managed effort) whose answer
-// to turn 2 (seq 7) reports, as pi-ai 1.6 records Anthropic's
-// input_transformations, that the provider dropped the thinking of the
-// answer to turn 1 (seq 3) for a prefix mismatch; each later answer
-// reports it again.
-func refusedLog(turns int) []byte {
-	ev := []string{`"type":"session/start","adapter":{"kind":"pi-ai","api":"anthropic-messages","provider":"anthropic","model":"claude-opus-5","releaseLine":"1"}`}
-	for turn := 1; turn <= turns; turn++ {
-		diags := ""
-		if turn > 1 {
-			diags = `,"diagnostics":[{"type":"anthropic_input_transformations","timestamp":1,"details":{"transformations":[{"type":"thinking_dropped","path":"messages.2.content.0","reason":"prefix_binding_mismatch"}]}}]`
-		}
-		ev = append(ev,
-			fmt.Sprintf(`"type":"turn/start","turn":%d`, turn),
-			fmt.Sprintf(`"type":"user/message","turn":%d,"content":"question %d"`, turn, turn),
-			fmt.Sprintf(`"type":"assistant/message","turn":%d,"response":0,"message":{"content":[{"type":"thinking","thinking":"think %d","thinkingSignature":"sig%d"},{"type":"text","text":"answer %d"}],"api":"anthropic-messages","provider":"anthropic","model":"claude-opus-5","stopReason":"stop","providerThinkingLevel":"high"%s}`, turn, turn, turn, turn, diags),
-			fmt.Sprintf(`"type":"turn/end","turn":%d,"reason":"stop"`, turn))
-	}
-	var b bytes.Buffer
-	for seq, e := range ev {
-		fmt.Fprintf(&b, `{"seq":%d,%s}`+"\n", seq, e)
-	}
-	return b.Bytes()
 }
 
 // sessionFacts are what the Session page shows a person.

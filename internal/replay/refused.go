@@ -72,6 +72,13 @@ type Transformation struct {
 // anthropic_input_transformations), in order; nil if there are none or the
 // member is not what pi-ai writes.
 func RecordedTransformations(m *turnlog.AssistantMessage) []Transformation {
+	return recordedTransformations[Transformation](m, DiagnosticInputTransformations)
+}
+
+// recordedTransformations returns the details.transformations of m's
+// diagnostics of type typ, in order; nil if there are none or the member
+// is not what pi-ai writes.
+func recordedTransformations[T any](m *turnlog.AssistantMessage, typ string) []T {
 	raw, ok := m.Extra["diagnostics"]
 	if !ok {
 		return nil
@@ -79,15 +86,15 @@ func RecordedTransformations(m *turnlog.AssistantMessage) []Transformation {
 	var diags []struct {
 		Type    string `json:"type"`
 		Details struct {
-			Transformations []Transformation `json:"transformations"`
+			Transformations []T `json:"transformations"`
 		} `json:"details"`
 	}
 	if json.Unmarshal(raw, &diags) != nil {
 		return nil
 	}
-	var out []Transformation
+	var out []T
 	for _, d := range diags {
-		if d.Type == DiagnosticInputTransformations {
+		if d.Type == typ {
 			out = append(out, d.Details.Transformations...)
 		}
 	}
@@ -569,28 +576,10 @@ func openAIResponses(api string) bool {
 // RecordedRemovals returns the reasoning removals pi-ai recorded on an
 // assistant message, in order.
 func RecordedRemovals(m *turnlog.AssistantMessage) []Removal {
-	raw, ok := m.Extra["diagnostics"]
-	if !ok {
-		return nil
-	}
-	var diags []struct {
-		Type    string `json:"type"`
-		Details struct {
-			Transformations []Removal `json:"transformations"`
-		} `json:"details"`
-	}
-	if json.Unmarshal(raw, &diags) != nil {
-		return nil
-	}
 	var out []Removal
-	for _, d := range diags {
-		if d.Type != DiagnosticOpenAIInputTransformations {
-			continue
-		}
-		for _, t := range d.Details.Transformations {
-			if t.Type == "reasoning" && t.Action == "removed" {
-				out = append(out, t)
-			}
+	for _, t := range recordedTransformations[Removal](m, DiagnosticOpenAIInputTransformations) {
+		if t.Type == "reasoning" && t.Action == "removed" {
+			out = append(out, t)
 		}
 	}
 	return out
