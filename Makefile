@@ -177,8 +177,9 @@ DURATION ?= 15m
 SESSIONS ?= 20
 HOSTS ?= 4
 SOAK_OUT ?= $(CURDIR)/bin/soak
-# How long after the last fault everything must be settled: the worker pods
-# of a long run's hundreds of Sessions and forks queue on a small machine.
+# How long the backlog after the last fault may go without an object
+# settling before the soak calls it stuck: a long run's worker pods queue
+# on a small machine, and one run can take minutes there.
 SOAK_SETTLE ?= 10m
 SOAK_FLAGS ?=
 .PHONY: soak

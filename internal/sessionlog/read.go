@@ -152,10 +152,17 @@ func (l *Log) Read(ctx context.Context, from, through int64) iter.Seq2[Event, er
 		}
 		// The first segment that can hold from: the last one starting at
 		// or before it.
-		i := sort.Search(len(segs), func(i int) bool { return segs[i].first > from }) - 1
+		start := sort.Search(len(segs), func(i int) bool { return segs[i].first > from }) - 1
+		end := sort.Search(len(segs), func(i int) bool { return segs[i].first > through })
+		if start < 0 || start >= end {
+			return
+		}
+		ahead := l.newReadAhead(ctx, segs[start:end])
+		defer ahead.close()
 		stopped := false
-		for ; i >= 0 && i < len(segs) && segs[i].first <= through; i++ {
-			n, err := l.readRange(ctx, segs[i], from, through, func(e Event) bool {
+		for i := start; i < end; i++ {
+			data, _ := ahead.take(i - start)
+			n, err := l.readRange(ctx, segs[i], data, from, through, func(e Event) bool {
 				if !yield(e, nil) {
 					stopped = true
 				}
@@ -175,13 +182,14 @@ func (l *Log) Read(ctx context.Context, from, through int64) iter.Seq2[Event, er
 	}
 }
 
-// readRange streams one segment, passing on the events in [from, through].
-// It returns how many events the segment holds, or how many it read before
+// readRange streams one segment, or scans its bytes when they were fetched
+// ahead (data not nil), passing on the events in [from, through]. It
+// returns how many events the segment holds, or how many it read before
 // passing through.
-func (l *Log) readRange(ctx context.Context, seg segment, from, through int64, fn func(Event) bool) (int64, error) {
+func (l *Log) readRange(ctx context.Context, seg segment, data []byte, from, through int64, fn func(Event) bool) (int64, error) {
 	// A retry starts the segment again; it resumes after what was already
 	// yielded.
-	return l.streamSegment(ctx, seg, nil, func(e Event) error {
+	pass := func(e Event) error {
 		if e.Seq > through {
 			return errStop
 		}
@@ -193,5 +201,13 @@ func (l *Log) readRange(ctx context.Context, seg segment, from, through int64, f
 			from = e.Seq + 1
 		}
 		return nil
-	})
+	}
+	if data == nil {
+		return l.streamSegment(ctx, seg, nil, pass)
+	}
+	n, err := scanSegment(bytes.NewReader(data), seg.key, seg.first, pass)
+	if errors.Is(err, errStop) {
+		return n, nil
+	}
+	return n, err
 }

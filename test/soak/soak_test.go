@@ -39,7 +39,7 @@ var (
 	flagFaultEvery = flag.Duration("soak.fault-every", 20*time.Second, "mean time between faults")
 	flagForkEvery  = flag.Duration("soak.fork-every", 5*time.Second, "time between SessionForks of the soak's Sessions")
 	flagCheckEvery = flag.Duration("soak.check-every", 3*time.Minute, "time between checks while the soak runs")
-	flagSettle     = flag.Duration("soak.settle", 3*time.Minute, "how long after the last fault every Session must have settled")
+	flagSettle     = flag.Duration("soak.settle", 3*time.Minute, "how long the backlog after the last fault may go without an object settling")
 	flagFloodForks = flag.Int("soak.flood-forks", 30, "SessionForks of the flooding namespace's large log")
 	flagFloodTurns = flag.Int("soak.flood-turns", 2000, "turns of the flooding namespace's large log")
 	flagProbes     = flag.Int("soak.probes", 8, "appends of the quiet namespace measured with and without the flood")

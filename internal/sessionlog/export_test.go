@@ -1,0 +1,12 @@
+package sessionlog
+
+// SetReadAhead sets how many segments Read fetches ahead (0: none) and
+// returns a function that restores it.
+func SetReadAhead(n int) (restore func()) {
+	was := readAheadSegments
+	readAheadSegments = n
+	return func() { readAheadSegments = was }
+}
+
+// ReadAheadMaxBytes is the largest segment Read fetches ahead.
+const ReadAheadMaxBytes = readAheadMaxBytes
