@@ -79,7 +79,7 @@ func TestReadAheadReadsWhatStreamingReads(t *testing.T) {
 				if err != nil {
 					t.Fatalf("read-ahead %d, %s, Read(%d, %d): %v", ahead, name, c.from, c.through, err)
 				}
-				exp := want[min(c.from, int64(len(want))):min(c.through, int64(len(want))-1)+1]
+				exp := want[min(c.from, int64(len(want))) : min(c.through, int64(len(want))-1)+1]
 				if c.stopAfter > 0 {
 					exp = exp[:c.stopAfter]
 				}
