@@ -270,17 +270,33 @@ func (r *SessionForkReconciler) acquireCopySlot(s *forkScope) bool {
 	return false
 }
 
+// findCut reads the source from the anchor on: the cut is the first
+// turn/end at or after it, and nothing before it can move the cut. A host
+// that flushes every turn leaves thousands of small segments in an
+// hour-old log; reading them all for every fork made forks of long logs
+// queue for their copy slot for hours. (What Find also reports about the
+// prefix, its last compaction and system messages, is then incomplete; the
+// controller uses neither.)
 func (r *SessionForkReconciler) findCut(ctx context.Context, s *forkScope) (forkcut.Point, error) {
 	log, err := r.sourceLog(ctx, s)
 	if err != nil {
 		return forkcut.Point{}, err
 	}
-	events, err := log.Events(ctx, 0)
+	events, err := log.Events(ctx, s.anchor)
 	if err != nil {
 		return forkcut.Point{}, err
 	}
 	defer events.Close()
-	return forkcut.Find(events, s.fork.Spec.AtSeq)
+	p, err := forkcut.Find(events, s.fork.Spec.AtSeq)
+	if cerr, ok := errors.AsType[*forkcut.CutError](err); ok && errors.Is(err, forkcut.ErrAnchorBeyondHead) {
+		// Nothing was read past the anchor, so Find saw no head: the
+		// message names the log's own.
+		if cerr.Head, err = log.Head(ctx); err != nil {
+			return forkcut.Point{}, err
+		}
+		return forkcut.Point{}, cerr
+	}
+	return p, err
 }
 
 func (s *forkScope) setCut() {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -230,4 +231,60 @@ func (b *crashingBucket) Put(ctx context.Context, key string, data []byte, md ma
 		return err
 	}
 	return b.Bucket.Put(ctx, key, data, md)
+}
+
+// A host that flushes every turn leaves a segment per turn: an hour of a
+// busy Session is thousands. A fork near its head must not read them all.
+var _ = Describe("SessionFork of a log of many segments", func() {
+	It("reads the source from the anchor's segment, not from its first", func() {
+		const segments = 300
+		ns := newNamespace("fork-segments")
+		mem := storesAt("mem://")
+		defer mem.Close()
+		bucket, err := mem.bucket(ctx, "mem://")
+		Expect(err).NotTo(HaveOccurred())
+		sio := &SessionIO{Client: k8sClient, Stores: mem}
+		source := &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Name: "busy", Namespace: ns}}
+		Expect(k8sClient.Create(ctx, source)).To(Succeed())
+		a := appenderOf(mem, source)
+		for turn := 1; turn <= segments; turn++ {
+			_, err := a.Append(ctx, turns(turn, 1)...)
+			Expect(err).NotTo(HaveOccurred())
+		}
+
+		reads := &readsUnder{Bucket: bucket, part: "/busy/"}
+		stop := startManager(ns, Config{Stores: bucketStores{reads}, WorkerMode: WorkerModeLocal, PollInterval: time.Hour})
+		defer stop()
+		Expect(*waitReady(ns, "busy").Status.HeadSeq).To(Equal(int64(4 * segments)))
+		reads.n.Store(0)
+
+		// Turn 290's events are seqs 1157..1160: the cut is its turn/end.
+		Expect(k8sClient.Create(ctx, newFork(ns, "late", "busy", "1158.5"))).To(Succeed())
+		child := waitReady(ns, "late")
+		Expect(*child.Status.HeadSeq).To(Equal(int64(1160)))
+		Expect(exportLog(sio, ns, "late")).To(Equal(string(logLines([]byte(exportLog(sio, ns, "busy")), 1161))))
+		Expect(reads.n.Load()).To(BeNumerically("<=", 20),
+			"segments of the source read for a fork near the head of its %d", segments)
+	})
+})
+
+// readsUnder counts the object reads of keys holding part.
+type readsUnder struct {
+	store.Bucket
+	part string
+	n    atomic.Int64
+}
+
+func (b *readsUnder) Get(ctx context.Context, key string) ([]byte, error) {
+	if strings.Contains(key, b.part) {
+		b.n.Add(1)
+	}
+	return b.Bucket.Get(ctx, key)
+}
+
+func (b *readsUnder) NewRangeReader(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
+	if strings.Contains(key, b.part) {
+		b.n.Add(1)
+	}
+	return b.Bucket.NewRangeReader(ctx, key, offset, length)
 }
