@@ -161,8 +161,7 @@ func (l *Log) Read(ctx context.Context, from, through int64) iter.Seq2[Event, er
 		defer ahead.close()
 		stopped := false
 		for i := start; i < end; i++ {
-			data, _ := ahead.take(i - start)
-			n, err := l.readRange(ctx, segs[i], data, from, through, func(e Event) bool {
+			n, err := l.readRange(ctx, segs[i], ahead.take(i-start), from, through, func(e Event) bool {
 				if !yield(e, nil) {
 					stopped = true
 				}

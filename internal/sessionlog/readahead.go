@@ -9,6 +9,7 @@ import (
 // segment: a fork's cut and its child's first assembly read the whole
 // prefix. So Read fetches the next small segments while the caller works
 // on the current one.
+
 // readAheadSegments is how many segments are fetched ahead of the one being
 // read. A variable only so that a benchmark can compare reading without it
 // in the same run.
@@ -62,23 +63,26 @@ func (ra *readAhead) fill() {
 	}
 }
 
-// take returns segment i's bytes if they were fetched ahead; ok is false
-// when the reader should stream the segment itself (a large one, or a fetch
-// that failed: the stream retries, and reports what is wrong in its own
-// words). Segments are taken in order.
-func (ra *readAhead) take(i int) (data []byte, ok bool) {
+// take returns segment i's bytes if they were fetched ahead, nil when the
+// reader should stream the segment itself (a large one, or a fetch that
+// failed: the stream retries, and reports what is wrong in its own words).
+// Segments are taken in order.
+func (ra *readAhead) take(i int) []byte {
 	ch := ra.pending[i]
 	ra.pending[i] = nil
 	ra.taken = i + 1
 	ra.fill()
 	if ch == nil {
-		return nil, false
+		return nil
 	}
 	select {
 	case f := <-ch:
-		return f.data, f.err == nil
+		if f.err != nil {
+			return nil
+		}
+		return f.data
 	case <-ra.ctx.Done():
-		return nil, false
+		return nil
 	}
 }
 

@@ -122,14 +122,7 @@ func BenchmarkReadManySmallSegments(b *testing.B) {
 		b.Run(fmt.Sprintf("read-ahead=%d", ahead), func(b *testing.B) {
 			defer sessionlog.SetReadAhead(ahead)()
 			for range b.N {
-				n := 0
-				for _, err := range lg.Read(ctx(b), 0, math.MaxInt64) {
-					if err != nil {
-						b.Fatal(err)
-					}
-					n++
-				}
-				if n != segments*perSegment {
+				if n := len(readAll(b, lg)); n != segments*perSegment {
 					b.Fatalf("read %d events, want %d", n, segments*perSegment)
 				}
 			}
