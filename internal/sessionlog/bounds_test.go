@@ -10,6 +10,7 @@ import (
 
 	"github.com/turnlog/turnlog/internal/sessionlog"
 	"github.com/turnlog/turnlog/internal/store"
+	"github.com/turnlog/turnlog/internal/testutil/storetest"
 )
 
 const root = "sessions/default/chat/6b1f0c2e-uid/"
@@ -198,5 +199,73 @@ func TestCopyPrefixPieces(t *testing.T) {
 		if !bytes.Equal(child[i].Line, all[i].Line) {
 			t.Fatalf("child event %d differs from the source's", i)
 		}
+	}
+}
+
+// TestCopyPrefixMergesSmallSegments: a host that flushes every turn leaves
+// a segment per turn; a fork's child holds runs of them merged, so reading
+// or forking the child costs a request per merged segment, not per turn.
+// Large segments are still copied inside the service, and a small segment
+// whose lines are not what the listing says fails the copy by name.
+func TestCopyPrefixMergesSmallSegments(t *testing.T) {
+	c := storetest.NewCounting(openURL(t, "mem://", nil))
+	src := openLog(t, c, loc)
+	a := src.NewAppender("")
+	appendOne := func(e []byte) {
+		t.Helper()
+		if _, err := a.Append(ctx(t), e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 300 small segments, one of 300 KiB, 300 small segments: seqs 0..600.
+	for i := range 300 {
+		appendOne(ev("chunk", 1, fmt.Sprintf(`,"i":%d`, i)))
+	}
+	appendOne(ev("chunk", 1, fmt.Sprintf(`,"x":%q`, strings.Repeat("w", 300<<10))))
+	for i := range 300 {
+		appendOne(ev("chunk", 2, fmt.Sprintf(`,"i":%d`, i)))
+	}
+
+	dst := sessionlog.Location{Namespace: "default", Session: "fork", UID: "u2"}
+	for run := range 2 { // the second run finds the copy done
+		c.Reset()
+		if err := sessionlog.New(c).CopyPrefix(ctx(t), loc, dst, 600); err != nil {
+			t.Fatal(err)
+		}
+		if got := c.Counts(); run == 0 && (got.Copies != 1 || got.Creates != 2) {
+			t.Errorf("copy of 601 segments, one large: %d copies and %d creates, want 1 and 2", got.Copies, got.Creates)
+		}
+	}
+	if n := len(segmentSizes(t, c, "default/fork/u2/log/")); n != 3 {
+		t.Errorf("the child holds %d segments, want 3: the small ones before the large one, it, the small ones after", n)
+	}
+	all, child := readAll(t, src), readAll(t, openLog(t, c, dst))
+	if len(child) != len(all) {
+		t.Fatalf("child has %d events, want %d", len(child), len(all))
+	}
+	for i := range child {
+		if !bytes.Equal(child[i].Line, all[i].Line) {
+			t.Fatalf("child event %d differs from the source's", i)
+		}
+	}
+
+	// A segment listed as seqs 0..4 that holds 3 lines.
+	bad := sessionlog.Location{Namespace: "default", Session: "bad", UID: "u3"}
+	badRoot := "default/bad/u3/log/"
+	line := func(seq int64) string { return fmt.Sprintf(`{"seq":%d,"type":"chunk","turn":1}`+"\n", seq) }
+	for key, data := range map[string]string{
+		badRoot + "00000000000000000000.jsonl": line(0) + line(1) + line(2),
+		badRoot + "00000000000000000005.jsonl": line(5),
+		badRoot + "00000000000000000006.jsonl": line(6),
+	} {
+		if err := c.PutIfAbsent(ctx(t), key, []byte(data), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	to := sessionlog.Location{Namespace: "default", Session: "bad-fork", UID: "u4"}
+	err := sessionlog.New(c).CopyPrefix(ctx(t), bad, to, 6)
+	wantDataError(t, "CopyPrefix", err, badRoot+"00000000000000000000.jsonl", "in 3 lines", "seqs 0..4")
+	if n := len(segmentSizes(t, c, "default/bad-fork/u4/log/")); n != 0 {
+		t.Errorf("a failed copy created %d segments of the child", n)
 	}
 }

@@ -18,13 +18,16 @@ import (
 const copyConcurrency = 8
 
 // CopyPrefix makes dst's log hold src's events 0..cut. It never writes to
-// src. Segments that end at or before cut are copied inside the service;
-// only the segment holding cut, if cut is not its last event, is read and
-// written again without its tail, in pieces of at most SplitBytes. So its
-// cost is a request per segment plus at most one segment's bytes through
-// the process, of which it holds one piece at a time. The object holding
-// the cut is created last, so dst's head is at the cut only once its
-// whole prefix is in place.
+// src. Segments that end at or before cut are copied inside the service,
+// except runs of small ones (under mergeBelow), which are read and written
+// as one segment of up to mergeBytes: a host that flushes every turn
+// leaves thousands of segments of a few KiB, and a child holding them one
+// for one would cost a request per segment to copy, to read and to fork
+// again. Only the segment holding cut, if cut is not its last event, is
+// read and written again without its tail, in pieces of at most
+// SplitBytes. So the process holds at most one merged segment or piece per
+// concurrent copy. The object holding the cut is created last, so dst's
+// head is at the cut only once its whole prefix is in place.
 //
 // dst must be empty, or hold objects written by an earlier CopyPrefix with
 // the same arguments (which is then completed): anything else is
@@ -50,7 +53,8 @@ func (s *Store) CopyPrefix(ctx context.Context, src, dst Location, cut int64) er
 	if err != nil {
 		return fail(err)
 	}
-	segs, i, whole, tail := plan.segs, plan.i, plan.whole, plan.tail
+	segs, i, tail := plan.segs, plan.i, plan.tail
+	whole := mergeRuns(segs, len(plan.whole), cut)
 	done, err := s.copiedAlready(ctx, to, whole, tail)
 	if err != nil {
 		return fail(err)
@@ -70,14 +74,14 @@ func (s *Store) CopyPrefix(ctx context.Context, src, dst Location, cut int64) er
 			return copyTailPiece(ctx, s.bucket, segs[i].key, to.segmentKey(p.first), p, done)
 		}
 	} else {
-		seg := whole[len(whole)-1]
+		run := whole[len(whole)-1]
 		whole = whole[:len(whole)-1]
-		last = func(ctx context.Context) error { return s.copySegment(ctx, to, seg, done) }
+		last = func(ctx context.Context) error { return s.copyRun(ctx, to, run, done) }
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(copyConcurrency)
-	for _, seg := range whole {
-		g.Go(func() error { return s.copySegment(gctx, to, seg, done) })
+	for _, run := range whole {
+		g.Go(func() error { return s.copyRun(gctx, to, run, done) })
 	}
 	if len(tail) > 0 {
 		// One piece at a time, so the process holds at most one.
@@ -150,12 +154,69 @@ func (l *Log) planPrefix(ctx context.Context, cut int64) (prefixPlan, error) {
 	return p, nil
 }
 
+// Runs of segments smaller than mergeBelow are merged into one segment of
+// the child of at most mergeBytes. Read-ahead reads segments of up to
+// mergeBytes several at once, so a child's reader gets the merged ones as
+// fast as it got the small ones, with a request for every hundred or so.
+// Segments of mergeBelow or more are copied as they are: the service
+// copies them without the process, and there are few of them.
+var mergeBelow int64 = 256 << 10
+
+const mergeBytes = readAheadMaxBytes
+
+// mergeReads is how many of a run's segments are read at once.
+const mergeReads = 4
+
+// segmentRun is consecutive whole segments of the source that become one
+// segment of the child: copied inside the service if it is one, read and
+// written as one otherwise. end is the seq after its last event.
+type segmentRun struct {
+	segs  []segment
+	end   int64
+	bytes int64
+}
+
+// mergeRuns groups the first n of segs, the ones copied whole, into runs:
+// each segment of mergeBelow or more alone, the small ones in between
+// together up to mergeBytes. The grouping depends only on the source's
+// segments and the cut, so a copy that is started again finds the objects
+// its first attempt created under the same keys.
+func mergeRuns(segs []segment, n int, cut int64) []segmentRun {
+	end := func(k int) int64 {
+		if k+1 < len(segs) {
+			return segs[k+1].first
+		}
+		return cut + 1
+	}
+	var runs []segmentRun
+	var open segmentRun
+	flush := func() {
+		if len(open.segs) > 0 {
+			runs = append(runs, open)
+			open = segmentRun{}
+		}
+	}
+	for k, seg := range segs[:n] {
+		if seg.size >= mergeBelow || open.bytes+seg.size > mergeBytes {
+			flush()
+		}
+		open.segs = append(open.segs, seg)
+		open.end = end(k)
+		open.bytes += seg.size
+		if seg.size >= mergeBelow {
+			flush()
+		}
+	}
+	flush()
+	return runs
+}
+
 // copiedAlready returns the objects of the plan that dst holds already:
 // dst may hold exactly this plan, partly done, and nothing else.
-func (s *Store) copiedAlready(ctx context.Context, to *Log, whole []segment, tail []tailPiece) (map[string]bool, error) {
+func (s *Store) copiedAlready(ctx context.Context, to *Log, whole []segmentRun, tail []tailPiece) (map[string]bool, error) {
 	want := map[string]int64{}
-	for _, seg := range whole {
-		want[to.segmentKey(seg.first)] = seg.size
+	for _, run := range whole {
+		want[to.segmentKey(run.segs[0].first)] = run.bytes
 	}
 	for _, p := range tail {
 		want[to.segmentKey(p.first)] = p.size
@@ -173,14 +234,49 @@ func (s *Store) copiedAlready(ctx context.Context, to *Log, whole []segment, tai
 	return done, nil
 }
 
-// copySegment copies seg into to's log inside the service, unless done
-// says it is there already.
-func (s *Store) copySegment(ctx context.Context, to *Log, seg segment, done map[string]bool) error {
-	dst := to.segmentKey(seg.first)
+// copyRun creates run as one segment of to's log, unless done says it is
+// there already: a single segment copied inside the service, several read
+// and written as one.
+func (s *Store) copyRun(ctx context.Context, to *Log, run segmentRun, done map[string]bool) error {
+	dst := to.segmentKey(run.segs[0].first)
 	if done[dst] {
 		return nil
 	}
-	return retry(ctx, func() error { return s.bucket.Copy(ctx, dst, seg.key) })
+	if len(run.segs) == 1 {
+		return retry(ctx, func() error { return s.bucket.Copy(ctx, dst, run.segs[0].key) })
+	}
+	// The segments are read several at a time: a run is a hundred or more
+	// of them, each a request of its own.
+	data := make([]byte, run.bytes)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(mergeReads)
+	off := int64(0)
+	for k, seg := range run.segs {
+		end := run.end
+		if k+1 < len(run.segs) {
+			end = run.segs[k+1].first
+		}
+		into := data[off : off+seg.size]
+		off += seg.size
+		g.Go(func() error {
+			b, err := readLimited(gctx, s.bucket, seg.key, seg.size)
+			if err != nil {
+				return err
+			}
+			// Merged, a segment's lines no longer have a boundary of their
+			// own that a reader checks, so the copy checks it: the lines the
+			// listing says the segment holds, each with its newline.
+			if lines := int64(bytes.Count(b, []byte{'\n'})); len(b) == 0 || int64(len(b)) != seg.size || lines != end-seg.first || b[len(b)-1] != '\n' {
+				return &DataError{Key: seg.key, Msg: fmt.Sprintf("holds %d bytes in %d lines; the log's listing says %d bytes and seqs %d..%d", len(b), lines, seg.size, seg.first, end-1)}
+			}
+			copy(into, b)
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	return writeCopied(ctx, s.bucket, dst, data)
 }
 
 // tailPiece is a run of lines of the segment holding a fork's cut, to be
@@ -243,12 +339,13 @@ func copyTailPiece(ctx context.Context, b store.Bucket, src, dst string, p tailP
 	if err != nil {
 		return err
 	}
-	return writeCopiedTail(ctx, b, dst, data)
+	return writeCopied(ctx, b, dst, data)
 }
 
-// writeCopiedTail creates the rewritten segment, accepting an identical
-// object (a retry whose first attempt landed) as success.
-func writeCopiedTail(ctx context.Context, b store.Bucket, key string, data []byte) error {
+// writeCopied creates a segment the copy wrote itself (merged or cut),
+// accepting an identical object (a retry whose first attempt landed) as
+// success.
+func writeCopied(ctx context.Context, b store.Bucket, key string, data []byte) error {
 	md := map[string]string{metaWriter: "copy." + rand.Text()}
 	return retry(ctx, func() error {
 		err := b.PutIfAbsent(ctx, key, data, md)

@@ -8,9 +8,11 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/turnlog/turnlog/internal/sessionlog"
 	"github.com/turnlog/turnlog/internal/store"
+	"github.com/turnlog/turnlog/internal/testutil/storetest"
 	"github.com/turnlog/turnlog/internal/testutil/versitygw"
 )
 
@@ -127,6 +129,49 @@ func BenchmarkReadManySmallSegments(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*segments), "µs/segment")
+		})
+	}
+}
+
+// BenchmarkForkManySmallSegments forks, against a real S3 server, the log
+// of BenchmarkReadManySmallSegments at its head and reads the child whole,
+// as a fork's child is assembled: with small segments merged by the copy
+// and with each copied as it is.
+func BenchmarkForkManySmallSegments(b *testing.B) {
+	srv := versitygw.Start(b)
+	bucket := storetest.NewCounting(openURL(b, srv.URL, srv.Options()))
+	src := sessionlog.Location{Namespace: "bench", Session: "small-segments", UID: "u"}
+	const segments, perSegment = 2000, 5
+	buildLog(b, openLog(b, bucket, src), segments*perSegment, perSegment)
+	for _, merge := range []bool{true, false} {
+		b.Run(fmt.Sprintf("merge=%t", merge), func(b *testing.B) {
+			if !merge {
+				defer sessionlog.SetMergeBelow(0)()
+			}
+			var copyTime, readTime time.Duration
+			var copyRequests, readRequests int64
+			for i := range b.N {
+				dst := sessionlog.Location{Namespace: "bench", Session: fmt.Sprintf("child-%t-%d-%d", merge, b.N, i), UID: "u"}
+				bucket.Reset()
+				start := time.Now()
+				if err := sessionlog.New(bucket).CopyPrefix(ctx(b), src, dst, segments*perSegment-1); err != nil {
+					b.Fatal(err)
+				}
+				copyTime += time.Since(start)
+				copyRequests += bucket.Counts().Requests()
+				bucket.Reset()
+				start = time.Now()
+				if n := len(readAll(b, openLog(b, bucket, dst))); n != segments*perSegment {
+					b.Fatalf("child holds %d events, want %d", n, segments*perSegment)
+				}
+				readTime += time.Since(start)
+				readRequests += bucket.Counts().Requests()
+			}
+			n := float64(b.N)
+			b.ReportMetric(copyTime.Seconds()/n, "copy-s/op")
+			b.ReportMetric(readTime.Seconds()/n, "child-read-s/op")
+			b.ReportMetric(float64(copyRequests)/n, "copy-requests/op")
+			b.ReportMetric(float64(readRequests)/n, "child-read-requests/op")
 		})
 	}
 }

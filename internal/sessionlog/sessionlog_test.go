@@ -491,11 +491,11 @@ func TestCopyPrefix(t *testing.T) {
 				cut                   int64
 				copies, reads, writes int64
 			}{
-				{cut: 9, copies: 1},                       // a segment boundary: copies only
-				{cut: 49, copies: 5},                      // ditto
-				{cut: 55, copies: 5, reads: 2, writes: 1}, // inside a segment: a scan, then the lines through the cut
-				{cut: 0, reads: 2, writes: 1},             // the first event
-				{cut: 100, copies: 11, reads: 1},          // the last event, the end of its segment
+				{cut: 9, copies: 1},              // one segment, at a boundary: copied inside the service
+				{cut: 49, reads: 5, writes: 1},   // small segments: merged into one
+				{cut: 55, reads: 7, writes: 2},   // inside a segment: the merged five, a scan, then the lines through the cut
+				{cut: 0, reads: 2, writes: 1},    // the first event
+				{cut: 100, reads: 12, writes: 1}, // the last event, the end of its segment: a scan, then all eleven merged
 			} {
 				dst := sessionlog.Location{Prefix: "sessions", Namespace: "default", Session: fmt.Sprintf("fork-%d", cs.cut), UID: "u2"}
 				c.Reset()
@@ -508,7 +508,7 @@ func TestCopyPrefix(t *testing.T) {
 						cs.cut, got.Copies, got.Gets+got.RangeReads, got.Creates, got.Puts, cs.copies, cs.reads, cs.writes)
 				}
 				if cs.reads == 0 && got.BytesRead+got.BytesWritten != 0 {
-					t.Errorf("cut %d at a segment boundary moved %d bytes through the process", cs.cut, got.BytesRead+got.BytesWritten)
+					t.Errorf("cut %d copied inside the service but moved %d bytes through the process", cs.cut, got.BytesRead+got.BytesWritten)
 				}
 				child := readAll(t, openLog(t, c, dst))
 				if int64(len(child)) != cs.cut+1 {
