@@ -249,6 +249,21 @@ func TestCopyPrefixMergesSmallSegments(t *testing.T) {
 		}
 	}
 
+	// The next fork copies the run of small segments before the large one,
+	// kept by the first, inside the service; the run after it ends at the
+	// cut, so it is read again.
+	c.Reset()
+	again := sessionlog.Location{Namespace: "default", Session: "fork-again", UID: "u5"}
+	if err := sessionlog.New(c).CopyPrefix(ctx(t), loc, again, 600); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Counts(); got.Copies != 2 || got.Creates != 1 || got.Gets+got.RangeReads > 301 {
+		t.Errorf("second fork: %d copies, %d creates, %d reads; want 2, 1 and at most 301", got.Copies, got.Creates, got.Gets+got.RangeReads)
+	}
+	if again := readAll(t, openLog(t, c, again)); len(again) != len(all) || !bytes.Equal(again[299].Line, all[299].Line) {
+		t.Fatalf("second fork's child has %d events, want %d", len(again), len(all))
+	}
+
 	// A segment listed as seqs 0..4 that holds 3 lines.
 	bad := sessionlog.Location{Namespace: "default", Session: "bad", UID: "u3"}
 	badRoot := "default/bad/u3/log/"

@@ -18,12 +18,14 @@ import (
 const copyConcurrency = 8
 
 // CopyPrefix makes dst's log hold src's events 0..cut. It never writes to
-// src. Segments that end at or before cut are copied inside the service,
-// except runs of small ones (under mergeBelow), which are read and written
-// as one segment of up to mergeBytes: a host that flushes every turn
-// leaves thousands of segments of a few KiB, and a child holding them one
-// for one would cost a request per segment to copy, to read and to fork
-// again. Only the segment holding cut, if cut is not its last event, is
+// src's log. Segments that end at or before cut are copied inside the
+// service, except runs of small ones (under mergeBelow), which are read and
+// written as one segment of up to mergeBytes: a host that flushes every
+// turn leaves thousands of segments of a few KiB, and a child holding them
+// one for one would cost a request per segment to copy, to read and to
+// fork again. A merged run is kept in src's derived data too, so the next
+// fork of src copies it inside the service instead of reading its
+// segments again. Only the segment holding cut, if cut is not its last event, is
 // read and written again without its tail, in pieces of at most
 // SplitBytes. So the process holds at most one merged segment or piece per
 // concurrent copy. The object holding the cut is created last, so dst's
@@ -76,12 +78,12 @@ func (s *Store) CopyPrefix(ctx context.Context, src, dst Location, cut int64) er
 	} else {
 		run := whole[len(whole)-1]
 		whole = whole[:len(whole)-1]
-		last = func(ctx context.Context) error { return s.copyRun(ctx, to, run, done) }
+		last = func(ctx context.Context) error { return s.copyRun(ctx, from, to, run, done) }
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(copyConcurrency)
 	for _, run := range whole {
-		g.Go(func() error { return s.copyRun(gctx, to, run, done) })
+		g.Go(func() error { return s.copyRun(gctx, from, to, run, done) })
 	}
 	if len(tail) > 0 {
 		// One piece at a time, so the process holds at most one.
@@ -160,7 +162,7 @@ func (l *Log) planPrefix(ctx context.Context, cut int64) (prefixPlan, error) {
 // fast as it got the small ones, with a request for every hundred or so.
 // Segments of mergeBelow or more are copied as they are: the service
 // copies them without the process, and there are few of them.
-var mergeBelow int64 = 256 << 10
+var mergeBelow int64 = 64 << 10
 
 const mergeBytes = readAheadMaxBytes
 
@@ -169,11 +171,15 @@ const mergeReads = 4
 
 // segmentRun is consecutive whole segments of the source that become one
 // segment of the child: copied inside the service if it is one, read and
-// written as one otherwise. end is the seq after its last event.
+// written as one otherwise. end is the seq after its last event. closed
+// says the run ended where the source's segments end it (at mergeBytes or
+// before a large segment), not at the fork's cut, so every later fork of
+// the source has the same run and can copy the one kept.
 type segmentRun struct {
-	segs  []segment
-	end   int64
-	bytes int64
+	segs   []segment
+	end    int64
+	bytes  int64
+	closed bool
 }
 
 // mergeRuns groups the first n of segs, the ones copied whole, into runs:
@@ -198,17 +204,28 @@ func mergeRuns(segs []segment, n int, cut int64) []segmentRun {
 	}
 	for k, seg := range segs[:n] {
 		if seg.size >= mergeBelow || open.bytes+seg.size > mergeBytes {
+			open.closed = true
 			flush()
 		}
 		open.segs = append(open.segs, seg)
 		open.end = end(k)
 		open.bytes += seg.size
 		if seg.size >= mergeBelow {
+			open.closed = true
 			flush()
 		}
 	}
+	if n < len(segs) && len(open.segs) > 0 {
+		next := segs[n]
+		open.closed = next.size >= mergeBelow || open.bytes+next.size > mergeBytes
+	}
 	flush()
 	return runs
+}
+
+// mergedName is where the source keeps a merged run, in its derived data.
+func mergedName(run segmentRun) string {
+	return fmt.Sprintf("merged/%020d-%020d.jsonl", run.segs[0].first, run.end-1)
 }
 
 // copiedAlready returns the objects of the plan that dst holds already:
@@ -235,15 +252,27 @@ func (s *Store) copiedAlready(ctx context.Context, to *Log, whole []segmentRun, 
 }
 
 // copyRun creates run as one segment of to's log, unless done says it is
-// there already: a single segment copied inside the service, several read
-// and written as one.
-func (s *Store) copyRun(ctx context.Context, to *Log, run segmentRun, done map[string]bool) error {
+// there already: a single segment copied inside the service; several
+// copied from the merged run an earlier fork kept in from's derived data,
+// or read, written as one and kept there.
+func (s *Store) copyRun(ctx context.Context, from, to *Log, run segmentRun, done map[string]bool) error {
 	dst := to.segmentKey(run.segs[0].first)
 	if done[dst] {
 		return nil
 	}
 	if len(run.segs) == 1 {
 		return retry(ctx, func() error { return s.bucket.Copy(ctx, dst, run.segs[0].key) })
+	}
+	kept, err := from.derivedKey(mergedName(run))
+	if err != nil {
+		return err
+	}
+	if run.closed {
+		// Only a run of the size the merge gives it: a torn or stray object
+		// is read again from the segments.
+		if a, err := s.bucket.Attributes(ctx, kept); err == nil && a.Size == run.bytes {
+			return retry(ctx, func() error { return s.bucket.Copy(ctx, dst, kept) })
+		}
 	}
 	// The segments are read several at a time: a run is a hundred or more
 	// of them, each a request of its own.
@@ -276,7 +305,16 @@ func (s *Store) copyRun(ctx context.Context, to *Log, run segmentRun, done map[s
 	if err := g.Wait(); err != nil {
 		return err
 	}
-	return writeCopied(ctx, s.bucket, dst, data)
+	md := map[string]string{metaWriter: "copy." + rand.Text()}
+	if err := writeCopied(ctx, s.bucket, dst, data, md); err != nil {
+		return err
+	}
+	if run.closed {
+		// Kept for the next fork. Derived data can always be made again,
+		// so a failure here costs that fork the reads, nothing else.
+		_ = s.bucket.Put(ctx, kept, data, md)
+	}
+	return nil
 }
 
 // tailPiece is a run of lines of the segment holding a fork's cut, to be
@@ -339,14 +377,13 @@ func copyTailPiece(ctx context.Context, b store.Bucket, src, dst string, p tailP
 	if err != nil {
 		return err
 	}
-	return writeCopied(ctx, b, dst, data)
+	return writeCopied(ctx, b, dst, data, map[string]string{metaWriter: "copy." + rand.Text()})
 }
 
 // writeCopied creates a segment the copy wrote itself (merged or cut),
 // accepting an identical object (a retry whose first attempt landed) as
 // success.
-func writeCopied(ctx context.Context, b store.Bucket, key string, data []byte) error {
-	md := map[string]string{metaWriter: "copy." + rand.Text()}
+func writeCopied(ctx context.Context, b store.Bucket, key string, data []byte, md map[string]string) error {
 	return retry(ctx, func() error {
 		err := b.PutIfAbsent(ctx, key, data, md)
 		if !errors.Is(err, store.ErrExists) {
