@@ -25,8 +25,8 @@ const copyConcurrency = 8
 // one for one would cost a request per segment to copy, to read and to
 // fork again. A merged run is kept in src's derived data too, so the next
 // fork of src copies it inside the service instead of reading its
-// segments again. Only the segment holding cut, if cut is not its last event, is
-// read and written again without its tail, in pieces of at most
+// segments again. Only the segment holding cut, if cut is not its last
+// event, is read and written again without its tail, in pieces of at most
 // SplitBytes. So the process holds at most one merged segment or piece per
 // concurrent copy. The object holding the cut is created last, so dst's
 // head is at the cut only once its whole prefix is in place.
@@ -202,8 +202,12 @@ func mergeRuns(segs []segment, n int, cut int64) []segmentRun {
 			open = segmentRun{}
 		}
 	}
+	// endsOpen: next cannot join the open run.
+	endsOpen := func(next segment) bool {
+		return len(open.segs) > 0 && (next.size >= mergeBelow || open.bytes+next.size > mergeBytes)
+	}
 	for k, seg := range segs[:n] {
-		if seg.size >= mergeBelow || open.bytes+seg.size > mergeBytes {
+		if endsOpen(seg) {
 			open.closed = true
 			flush()
 		}
@@ -211,14 +215,10 @@ func mergeRuns(segs []segment, n int, cut int64) []segmentRun {
 		open.end = end(k)
 		open.bytes += seg.size
 		if seg.size >= mergeBelow {
-			open.closed = true
-			flush()
+			flush() // alone, copied as it is
 		}
 	}
-	if n < len(segs) && len(open.segs) > 0 {
-		next := segs[n]
-		open.closed = next.size >= mergeBelow || open.bytes+next.size > mergeBytes
-	}
+	open.closed = n < len(segs) && endsOpen(segs[n])
 	flush()
 	return runs
 }
@@ -263,11 +263,13 @@ func (s *Store) copyRun(ctx context.Context, from, to *Log, run segmentRun, done
 	if len(run.segs) == 1 {
 		return retry(ctx, func() error { return s.bucket.Copy(ctx, dst, run.segs[0].key) })
 	}
-	kept, err := from.derivedKey(mergedName(run))
-	if err != nil {
-		return err
-	}
+	// kept is where a run the cut does not end is kept for later forks.
+	var kept string
 	if run.closed {
+		var err error
+		if kept, err = from.derivedKey(mergedName(run)); err != nil {
+			return err
+		}
 		// Only a run of the size the merge gives it: a torn or stray object
 		// is read again from the segments.
 		if a, err := s.bucket.Attributes(ctx, kept); err == nil && a.Size == run.bytes {
@@ -309,7 +311,7 @@ func (s *Store) copyRun(ctx context.Context, from, to *Log, run segmentRun, done
 	if err := writeCopied(ctx, s.bucket, dst, data, md); err != nil {
 		return err
 	}
-	if run.closed {
+	if kept != "" {
 		// Kept for the next fork. Derived data can always be made again,
 		// so a failure here costs that fork the reads, nothing else.
 		_ = s.bucket.Put(ctx, kept, data, md)
