@@ -48,8 +48,10 @@ type JobWorkers struct {
 	Reader   client.Reader
 	Settings JobSettings
 	// NamespaceRuns is how many unfinished worker Jobs one namespace may
-	// have; a run over it waits (WorkQueued). 0 is no limit.
+	// have; a run over it waits (WorkQueued), in line behind the
+	// namespace's Sessions that waited before it. 0 is no limit.
 	NamespaceRuns int
+	line          jobLine
 }
 
 // The manager creates and removes worker Jobs and reads their pods'
@@ -62,34 +64,45 @@ func (w *JobWorkers) Run(ctx context.Context, run WorkerRun) (WorkerOutcome, err
 	job := &batchv1.Job{}
 	err := w.Client.Get(ctx, client.ObjectKey{Namespace: run.Session.Namespace, Name: run.Name}, job)
 	if apierrors.IsNotFound(err) {
-		if limit, err := w.namespaceFull(ctx, run.Session.Namespace); err != nil || limit != "" {
-			return WorkerOutcome{Queued: limit != "", Message: limit}, err
-		}
-		job = workerJob(run, w.Settings)
-		if err := w.Client.Create(ctx, job); err != nil && !apierrors.IsAlreadyExists(err) {
-			return WorkerOutcome{}, fmt.Errorf("create worker Job %s: %w", run.Name, err)
-		}
-		return WorkerOutcome{}, nil
+		return w.start(ctx, run)
 	}
 	if err != nil {
 		return WorkerOutcome{}, err
 	}
 	switch {
 	case jobCondition(job, batchv1.JobComplete):
+		w.line.freed(run.Session.Namespace)
 		return WorkerOutcome{Done: true, Attempt: string(job.UID)}, nil
 	case jobCondition(job, batchv1.JobFailed):
+		w.line.freed(run.Session.Namespace)
 		return WorkerOutcome{Failed: true, Attempt: string(job.UID), Message: w.failureMessage(ctx, job)}, nil
 	}
 	return WorkerOutcome{}, nil
 }
 
-// namespaceFull says which limit a new Job in namespace would exceed, if
-// any. It lists from the API server, not the cache, like Busy: a Job just
-// created by the previous reconcile must count.
-func (w *JobWorkers) namespaceFull(ctx context.Context, namespace string) (string, error) {
-	if w.NamespaceRuns <= 0 {
-		return "", nil
+// start creates run's Job, if its namespace has a slot for it.
+func (w *JobWorkers) start(ctx context.Context, run WorkerRun) (WorkerOutcome, error) {
+	if w.NamespaceRuns > 0 {
+		// Counting and creating are one step for the namespace, or two
+		// reconciles could both find the last slot free.
+		defer w.line.lock(run.Session.Namespace)()
+		if limit, err := w.namespaceFull(ctx, run.Session); err != nil || limit != "" {
+			return WorkerOutcome{Queued: limit != "", Message: limit}, err
+		}
 	}
+	job := workerJob(run, w.Settings)
+	if err := w.Client.Create(ctx, job); err != nil && !apierrors.IsAlreadyExists(err) {
+		return WorkerOutcome{}, fmt.Errorf("create worker Job %s: %w", run.Name, err)
+	}
+	return WorkerOutcome{}, nil
+}
+
+// namespaceFull says why session may not start a Job now, if it may not:
+// its namespace has no slot free, or not one for each Session waiting
+// ahead of it (jobLine). It lists from the API server, not the cache, like
+// Busy: a Job just created by the previous reconcile must count.
+func (w *JobWorkers) namespaceFull(ctx context.Context, session *turnlogv1.Session) (string, error) {
+	namespace := session.Namespace
 	jobs := &batchv1.JobList{}
 	if err := w.Reader.List(ctx, jobs, client.InNamespace(namespace), client.MatchingLabels(workerLabels)); err != nil {
 		return "", err
@@ -101,11 +114,19 @@ func (w *JobWorkers) namespaceFull(ctx context.Context, namespace string) (strin
 			running++
 		}
 	}
-	if running < w.NamespaceRuns {
+	ok, ahead := w.line.admit(client.ObjectKeyFromObject(session), w.NamespaceRuns-running)
+	if ok {
 		return "", nil
 	}
 	slotsQueued.WithLabelValues("namespace-worker-runs").Inc()
-	return fmt.Sprintf("namespace %s has %d worker Jobs going (--namespace-worker-runs=%d)", namespace, running, w.NamespaceRuns), nil
+	msg := fmt.Sprintf("namespace %s has %d worker Jobs going", namespace, running)
+	switch {
+	case ahead == 1:
+		msg += " and 1 Session waiting ahead of this one"
+	case ahead > 1:
+		msg += fmt.Sprintf(" and %d Sessions waiting ahead of this one", ahead)
+	}
+	return fmt.Sprintf("%s (--namespace-worker-runs=%d)", msg, w.NamespaceRuns), nil
 }
 
 // Retry deletes the run's finished Job, so that the next Run creates it
@@ -142,6 +163,7 @@ func (w *JobWorkers) Busy(ctx context.Context, session *turnlogv1.Session, name 
 
 // Forget deletes session's worker Jobs; their pods follow.
 func (w *JobWorkers) Forget(ctx context.Context, session *turnlogv1.Session) error {
+	w.line.leave(client.ObjectKeyFromObject(session))
 	jobs := &batchv1.JobList{}
 	if err := w.Client.List(ctx, jobs, client.InNamespace(session.Namespace), client.MatchingLabels{turnlogv1.LabelSession: string(session.UID)}); err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	. "github.com/onsi/gomega"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -313,6 +315,71 @@ var _ = Describe("A Session whose worker run gave up", Ordered, func() {
 		runWorkerPod(&replay, 0)
 		s := waitReady(ns, "gave-up")
 		Expect(*s.Status.HeadSeq).To(Equal(head.Head() + 2))
+	})
+})
+
+// A namespace's worker Jobs (--namespace-worker-runs) go to its Sessions
+// in the order they asked: a Session whose host keeps appending cannot
+// take every slot that frees from the Sessions that waited behind it (a
+// fork's child behind its busy source, say).
+var _ = Describe("Sessions waiting for their namespace's worker Jobs", Ordered, func() {
+	It("get them in the order they asked, not the Session whose Job just finished", func() {
+		ns := newNamespace("in-line")
+		stores := storesAt("file://" + GinkgoT().TempDir())
+		DeferCleanup(func() { Expect(stores.Close()).To(Succeed()) })
+		sio := &SessionIO{Client: k8sClient, Stores: stores}
+		stop := startManager(ns, Config{
+			Stores: stores, WorkerMode: WorkerModePod, PollInterval: time.Hour, Limits: Limits{NamespaceWorkerRuns: 1},
+			Jobs: JobSettings{Image: "ghcr.io/turnlog/turnlog:test", BackoffLimit: 0, ActiveDeadlineSeconds: 600},
+		})
+		DeferCleanup(stop)
+		log := readLog("legacy-flat-state.jsonl")
+
+		busy, _, err := sio.Import(ctx, ns, "busy", bytes.NewReader(logLines(log, 5)))
+		Expect(err).NotTo(HaveOccurred())
+		first := theJobOf(ns, busy)
+		waiting, _, err := sio.Import(ctx, ns, "waiting", bytes.NewReader(logLines(log, 5)))
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(func(g Gomega) {
+			c := apimeta.FindStatusCondition(getSession(ns, "waiting")(g).Status.Conditions, turnlogv1.ConditionReady)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Reason).To(Equal(turnlogv1.ReasonWorkQueued))
+			g.Expect(c.Message).To(ContainSubstring("namespace %s has 1 worker Jobs going (--namespace-worker-runs=1)", ns))
+		}).Should(Succeed())
+
+		By("the busy Session's host appending while its Job runs, then the Job finishing")
+		_, _, err = sio.Append(ctx, ns, "busy", bytes.NewReader(bytes.TrimPrefix(log, logLines(log, 5))))
+		Expect(err).NotTo(HaveOccurred())
+		runWorkerPod(&first, 0)
+
+		By("the slot going to the Session that waited")
+		next := theJobOf(ns, waiting)
+		Consistently(func(g Gomega) []batchv1.Job { return unfinishedJobsOf(g, ns, busy) }, "3s").Should(BeEmpty())
+		Expect(cond(getSession(ns, "busy")(Default).Status.Conditions, turnlogv1.ConditionReady)).To(Equal("False/WorkQueued"))
+
+		By("playing the kubelet for whichever Job is going until both are Ready")
+		runWorkerPod(&next, 0)
+		current := func(g Gomega) bool {
+			return cond(getSession(ns, "busy")(g).Status.Conditions, turnlogv1.ConditionReady) == "True/Current" &&
+				cond(getSession(ns, "waiting")(g).Status.Conditions, turnlogv1.ConditionReady) == "True/Current"
+		}
+		for range 8 {
+			var going []batchv1.Job
+			Eventually(func(g Gomega) {
+				var jobs batchv1.JobList
+				g.Expect(k8sClient.List(ctx, &jobs, client.InNamespace(ns))).To(Succeed())
+				going = slices.DeleteFunc(jobs.Items, func(j batchv1.Job) bool {
+					return jobCondition(&j, batchv1.JobComplete) || jobCondition(&j, batchv1.JobFailed)
+				})
+				g.Expect(len(going) == 1 || len(going) == 0 && current(g)).To(BeTrue(), "Jobs going: %d", len(going))
+			}).Should(Succeed())
+			if len(going) == 0 {
+				break
+			}
+			runWorkerPod(&going[0], 0)
+		}
+		Expect(*waitReady(ns, "busy").Status.AssembledThroughSeq).To(Equal(int64(11)))
+		waitReady(ns, "waiting")
 	})
 })
 

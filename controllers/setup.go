@@ -151,21 +151,23 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 			return err
 		}
 	}
+	sessions.wakeups = make(wakeups, 1024)
+	wakeSession := sessions.wakeups.waker(func(k types.NamespacedName) client.Object {
+		return &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name}}
+	})
 	switch cfg.WorkerMode {
 	case WorkerModeLocal:
-		sessions.wakeups = make(wakeups, 1024)
 		sessions.Workers = &LocalWorkers{slots: slots{
 			total: limits.LocalWorkerRuns, totalName: "local-worker-runs",
 			perNamespace: limits.NamespaceWorkerRuns, perNamespaceName: "namespace-worker-runs",
-			wake: sessions.wakeups.waker(func(k types.NamespacedName) client.Object {
-				return &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name}}
-			}),
+			wake: wakeSession,
 		}}
 	case WorkerModePod:
 		if cfg.Jobs.Image == "" {
 			return fmt.Errorf("pod worker mode needs a worker image")
 		}
-		sessions.Workers = &JobWorkers{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Settings: cfg.Jobs, NamespaceRuns: limits.NamespaceWorkerRuns}
+		sessions.Workers = &JobWorkers{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Settings: cfg.Jobs,
+			NamespaceRuns: limits.NamespaceWorkerRuns, line: jobLine{wake: wakeSession}}
 		sessions.PodWorkers = true
 	default:
 		return fmt.Errorf("unknown worker mode %q (want %s or %s)", cfg.WorkerMode, WorkerModePod, WorkerModeLocal)

@@ -160,10 +160,35 @@ func (r *run) waitSettled(lastFault time.Time) time.Duration {
 		if stalled := time.Since(lastProgress); stalled > *flagSettle {
 			r.t.Errorf("%d objects not settled %s after the last fault, none settling for %s (-soak.settle): %s",
 				len(pending), time.Since(lastFault).Round(time.Second), stalled.Round(time.Second), strings.Join(pending[:min(10, len(pending))], "; "))
+			r.recordStall()
 			return time.Since(lastFault)
 		}
 		time.Sleep(2 * time.Second)
 	}
+}
+
+// recordStall writes what the worker Jobs and pods were doing when the
+// backlog stopped shrinking into stalled.txt, next to the other records:
+// the cluster is gone once the test ends, and a stall is rare enough that
+// its one occurrence must be enough to explain it.
+func (r *run) recordStall() {
+	var b strings.Builder
+	for _, args := range [][]string{
+		{"get", "sessions,sessionforks", "-A", "-o", "wide"},
+		{"get", "jobs,pods", "-A", "-l", "app.kubernetes.io/component=worker", "-o", "wide"},
+		{"get", "jobs", "-A", "-l", "app.kubernetes.io/component=worker", "-o", "yaml"},
+		{"describe", "pods", "-A", "-l", "app.kubernetes.io/component=worker"},
+		{"get", "events", "-A", "--sort-by=.lastTimestamp"},
+	} {
+		out, err := r.kubectl(args...)
+		fmt.Fprintf(&b, "$ kubectl %s\n%s%s\n", strings.Join(args, " "), out, errString(err))
+	}
+	path := filepath.Join(r.dir, "stalled.txt")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		r.t.Logf("recording the stall: %v", err)
+		return
+	}
+	r.t.Logf("the worker Jobs and pods at the stall: %s", path)
 }
 
 // settledSince reports whether an object of before is no longer in now.

@@ -1,0 +1,119 @@
+package controllers
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/derived"
+	"github.com/turnlog/turnlog/internal/worker"
+)
+
+// TestJobLineFirstComeFirstServed: in a namespace at its worker Job limit,
+// the slot a finished Job frees goes to the Session that waited for it,
+// not to the Session whose Job finished and that wants another at once
+// (its host is still appending); the Session that waited is woken.
+func TestJobLineFirstComeFirstServed(t *testing.T) {
+	ctx := context.Background()
+	scheme := runtime.NewScheme()
+	if err := batchv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).Build()
+	var woken []types.NamespacedName
+	w := &JobWorkers{Client: c, Reader: c, Settings: JobSettings{Image: "turnlog:test"}, NamespaceRuns: 1,
+		line: jobLine{wake: func(k types.NamespacedName) { woken = append(woken, k) }}}
+	run := func(session, name string) WorkerRun {
+		s := &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: session, UID: types.UID(session + "-uid")}}
+		return WorkerRun{Session: s, Name: name, Invocation: worker.Invocation{Task: derived.TaskAssemble}}
+	}
+	start := func(r WorkerRun) WorkerOutcome {
+		t.Helper()
+		out, err := w.Run(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+
+	if out := start(run("busy", "busy-1")); out.Queued {
+		t.Fatalf("the namespace's first run waits: %s", out.Message)
+	}
+	out := start(run("child", "child-1"))
+	if !out.Queued || out.Message != "namespace team has 1 worker Jobs going (--namespace-worker-runs=1)" {
+		t.Fatalf("a run over --namespace-worker-runs=1: %+v", out)
+	}
+
+	job := &batchv1.Job{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "team", Name: "busy-1"}, job); err != nil {
+		t.Fatal(err)
+	}
+	job.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
+	if err := c.Status().Update(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	if out := start(run("busy", "busy-1")); !out.Done {
+		t.Fatalf("the finished Job: %+v", out)
+	}
+	if len(woken) != 1 || woken[0].Name != "child" {
+		t.Fatalf("woken %v; want the Session that waited", woken)
+	}
+	out = start(run("busy", "busy-2"))
+	if !out.Queued || !strings.Contains(out.Message, "has 0 worker Jobs going and 1 Session waiting ahead of this one") {
+		t.Fatalf("the Session whose Job just finished took the slot from the one that waited: %+v", out)
+	}
+	if out := start(run("child", "child-1")); out.Queued {
+		t.Fatalf("the Session that waited still waits: %s", out.Message)
+	}
+	if out := start(run("busy", "busy-2")); !out.Queued || !strings.HasPrefix(out.Message, "namespace team has 1 worker Jobs going (") {
+		t.Fatalf("busy, first in line, over the limit: %+v", out)
+	}
+}
+
+// TestJobLinePlaces: places are kept in the order first asked, asking
+// again keeps one's place, free slots admit that many from the front, and
+// a place is lost by not asking for lineGrace or by leaving.
+func TestJobLinePlaces(t *testing.T) {
+	now := time.Unix(0, 0)
+	l := &jobLine{now: func() time.Time { return now }}
+	who := func(name string) types.NamespacedName { return types.NamespacedName{Namespace: "team", Name: name} }
+	for i, name := range []string{"a", "b", "c"} {
+		if ok, ahead := l.admit(who(name), 0); ok || ahead != i {
+			t.Fatalf("%s with no slot free: admitted %v, %d ahead; want a place with %d ahead", name, ok, ahead, i)
+		}
+	}
+	if ok, ahead := l.admit(who("c"), 1); ok || ahead != 2 {
+		t.Fatalf("c, third, with one slot free: admitted %v, %d ahead", ok, ahead)
+	}
+	if ok, _ := l.admit(who("b"), 2); !ok {
+		t.Fatal("b, second, with two slots free, waits")
+	}
+	if ok, _ := l.admit(types.NamespacedName{Namespace: "other", Name: "x"}, 1); !ok {
+		t.Fatal("another namespace's line held a Session back")
+	}
+	l.leave(who("a"))
+	if ok, ahead := l.admit(who("d"), 1); ok || ahead != 1 {
+		t.Fatalf("d, new, behind c: admitted %v, %d ahead", ok, ahead)
+	}
+	now = now.Add(lineGrace / 2)
+	if ok, ahead := l.admit(who("d"), 0); ok || ahead != 1 {
+		t.Fatalf("d asking again: admitted %v, %d ahead", ok, ahead)
+	}
+	now = now.Add(lineGrace/2 + time.Second)
+	if ok, _ := l.admit(who("d"), 1); !ok {
+		t.Fatal("c's place, not asked for in lineGrace, held the slot")
+	}
+	if len(l.waiting) != 0 {
+		t.Fatalf("lines left behind: %v", l.waiting)
+	}
+}
