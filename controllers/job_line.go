@@ -21,10 +21,19 @@ import (
 // could both count the Jobs going before either created its own, so the
 // namespace went one over its limit.
 //
+// A line costs reconciles, and in a namespace with a long line the
+// namespace's reconciles (NamespaceConcurrentReconciles at a time) are
+// what a free slot waits for: the Session at the front must look again
+// before the slot is used. So only the Sessions near the front look again
+// every slotRetry; those further back every lineRetry, keeping their
+// places, and a Job seen finished wakes the Session at the front at once.
+//
 // The line is the manager's memory, rebuilt from the Sessions that ask
 // after a restart; what counts as going is read from the API server each
-// time. A deleted Session leaves the line (leave); one that stops asking
-// for another reason loses its place after lineGrace.
+// time. A deleted Session leaves the line (leave). One that stops asking
+// for another reason (its reconciles fail while its store is down, say)
+// loses its place when it has not answered a wake within wakeGrace, or
+// has not asked for lineGrace.
 type jobLine struct {
 	mu sync.Mutex
 	// locks serialise counting a namespace's Jobs and creating one.
@@ -39,19 +48,33 @@ type jobLine struct {
 	now func() time.Time
 }
 
-// lineGrace is how long a Session keeps its place in line without asking
-// again. It asks every slotRetry or so, but a namespace with hundreds of
-// Sessions waiting gets its reconciles in turn, NamespaceConcurrentReconciles
-// at a time, and its Sessions look again that much less often: places must
-// outlast that, or the line would be taken in the order reconciles happen
-// to run. A place left behind holds a free slot back for at most this
-// long.
-const lineGrace = time.Minute
+// Pacing of the line (see jobLine).
+const (
+	// lineRetry is how soon a Session well back in line looks again.
+	lineRetry = 20 * time.Second
+	// lineGrace is how long a Session keeps its place without asking:
+	// past lineRetry, jittered, and a namespace's reconciles coming round
+	// late.
+	lineGrace = time.Minute
+	// wakeGrace is how long the Session at the front has to answer a wake
+	// before the next one takes its place.
+	wakeGrace = 3 * slotRetry
+)
 
 type lineEntry struct {
 	who   types.NamespacedName
 	asked time.Time
+	// woken is when the entry was last woken for a freed slot.
+	woken time.Time
 }
+
+// gone reports whether e has lost its place at now.
+func (e lineEntry) gone(now time.Time) bool {
+	return now.Sub(e.asked) > lineGrace || e.wokenSinceAsked() && now.Sub(e.woken) > wakeGrace
+}
+
+// wokenSinceAsked reports whether e was woken and has not asked since.
+func (e lineEntry) wokenSinceAsked() bool { return !e.woken.IsZero() && !e.asked.After(e.woken) }
 
 type namespaceLock struct {
 	sync.Mutex
@@ -85,15 +108,16 @@ func (l *jobLine) lock(namespace string) (unlock func()) {
 // admit says whether who may start a Job when free of its namespace's
 // slots are free: it may if fewer than free Sessions that still ask are
 // ahead of it. One that may not keeps (or takes) its place in line, and
-// ahead is how many are before it.
-func (l *jobLine) admit(who types.NamespacedName, free int) (ok bool, ahead int) {
+// retry is when it should ask again: slotRetry near the front, lineRetry
+// further back (jobLine).
+func (l *jobLine) admit(who types.NamespacedName, free, limit int) (ok bool, ahead int, retry time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.clock()
 	if l.waiting == nil {
 		l.waiting = map[string][]lineEntry{}
 	}
-	line := slices.DeleteFunc(l.waiting[who.Namespace], func(e lineEntry) bool { return now.Sub(e.asked) > lineGrace })
+	line := slices.DeleteFunc(l.waiting[who.Namespace], func(e lineEntry) bool { return e.gone(now) })
 	i := slices.IndexFunc(line, func(e lineEntry) bool { return e.who == who })
 	switch {
 	case i >= 0 && i < free:
@@ -109,7 +133,11 @@ func (l *jobLine) admit(who types.NamespacedName, free int) (ok bool, ahead int)
 		line = append(line, lineEntry{who: who, asked: now})
 	}
 	l.setLine(who.Namespace, line)
-	return ok, ahead
+	retry = slotRetry
+	if ahead >= max(limit, 1) {
+		retry = lineRetry
+	}
+	return ok, ahead, retry
 }
 
 // setLine keeps namespace's line, or forgets it if it is empty, so that
@@ -131,7 +159,7 @@ func (l *jobLine) leave(who types.NamespacedName) {
 
 // freed wakes the Session at the front of namespace's line, if any: one
 // of the namespace's Jobs has finished, so its turn has come, now rather
-// than at its next look, slotRetry later.
+// than at its next look.
 func (l *jobLine) freed(namespace string) {
 	if l.wake == nil {
 		return
@@ -140,6 +168,9 @@ func (l *jobLine) freed(namespace string) {
 	var first types.NamespacedName
 	if line := l.waiting[namespace]; len(line) > 0 {
 		first = line[0].who
+		if !line[0].wokenSinceAsked() {
+			line[0].woken = l.clock()
+		}
 	}
 	l.mu.Unlock()
 	if first.Name != "" {

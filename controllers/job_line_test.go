@@ -82,36 +82,68 @@ func TestJobLineFirstComeFirstServed(t *testing.T) {
 
 // TestJobLinePlaces: places are kept in the order first asked, asking
 // again keeps one's place, free slots admit that many from the front, and
-// a place is lost by not asking for lineGrace or by leaving.
+// a place is lost by not asking for lineGrace, by not answering a wake
+// within wakeGrace, or by leaving. Only the front of the line looks again
+// every slotRetry.
 func TestJobLinePlaces(t *testing.T) {
 	now := time.Unix(0, 0)
-	l := &jobLine{now: func() time.Time { return now }}
+	var woken []string
+	l := &jobLine{now: func() time.Time { return now }, wake: func(k types.NamespacedName) { woken = append(woken, k.Name) }}
 	who := func(name string) types.NamespacedName { return types.NamespacedName{Namespace: "team", Name: name} }
-	for i, name := range []string{"a", "b", "c"} {
-		if ok, ahead := l.admit(who(name), 0); ok || ahead != i {
+	admit := func(name string, free int) (bool, int) {
+		t.Helper()
+		ok, ahead, retry := l.admit(who(name), free, 2)
+		if want := slotRetry; !ok && ahead >= 2 {
+			if retry != lineRetry {
+				t.Fatalf("%s, %d ahead, looks again after %s; want %s", name, ahead, retry, lineRetry)
+			}
+		} else if retry != want {
+			t.Fatalf("%s, %d ahead, looks again after %s; want %s", name, ahead, retry, want)
+		}
+		return ok, ahead
+	}
+	for i, name := range []string{"a", "b", "c", "d"} {
+		if ok, ahead := admit(name, 0); ok || ahead != i {
 			t.Fatalf("%s with no slot free: admitted %v, %d ahead; want a place with %d ahead", name, ok, ahead, i)
 		}
 	}
-	if ok, ahead := l.admit(who("c"), 1); ok || ahead != 2 {
+	if ok, ahead := admit("c", 1); ok || ahead != 2 {
 		t.Fatalf("c, third, with one slot free: admitted %v, %d ahead", ok, ahead)
 	}
-	if ok, _ := l.admit(who("b"), 2); !ok {
+	if ok, _ := admit("b", 2); !ok {
 		t.Fatal("b, second, with two slots free, waits")
 	}
-	if ok, _ := l.admit(types.NamespacedName{Namespace: "other", Name: "x"}, 1); !ok {
+	if ok, _, _ := l.admit(types.NamespacedName{Namespace: "other", Name: "x"}, 1, 2); !ok {
 		t.Fatal("another namespace's line held a Session back")
 	}
 	l.leave(who("a"))
-	if ok, ahead := l.admit(who("d"), 1); ok || ahead != 1 {
-		t.Fatalf("d, new, behind c: admitted %v, %d ahead", ok, ahead)
+	if ok, ahead := admit("e", 1); ok || ahead != 2 {
+		t.Fatalf("e, new, behind c and d: admitted %v, %d ahead", ok, ahead)
 	}
+
+	l.freed("team")
+	if len(woken) != 1 || woken[0] != "c" {
+		t.Fatalf("woken %v; want c, at the front", woken)
+	}
+	now = now.Add(wakeGrace + time.Second)
+	if ok, _ := admit("d", 1); !ok {
+		t.Fatal("c, woken and silent past wakeGrace, held the slot")
+	}
+
 	now = now.Add(lineGrace / 2)
-	if ok, ahead := l.admit(who("d"), 0); ok || ahead != 1 {
-		t.Fatalf("d asking again: admitted %v, %d ahead", ok, ahead)
+	if ok, ahead := admit("e", 0); ok || ahead != 0 {
+		t.Fatalf("e asking again: admitted %v, %d ahead", ok, ahead)
+	}
+	if ok, ahead := admit("f", 0); ok || ahead != 1 {
+		t.Fatalf("f, new: admitted %v, %d ahead", ok, ahead)
 	}
 	now = now.Add(lineGrace/2 + time.Second)
-	if ok, _ := l.admit(who("d"), 1); !ok {
-		t.Fatal("c's place, not asked for in lineGrace, held the slot")
+	if ok, _ := admit("f", 1); ok {
+		t.Fatal("f went ahead of e, which asked within lineGrace")
+	}
+	now = now.Add(lineGrace/2 + time.Second)
+	if ok, _ := admit("f", 1); !ok {
+		t.Fatal("e's place, not asked for in lineGrace, held the slot")
 	}
 	if len(l.waiting) != 0 {
 		t.Fatalf("lines left behind: %v", l.waiting)

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -350,7 +351,7 @@ func (r *SessionReconciler) reconcileWork(ctx context.Context, s *sessionScope) 
 			if r.firstReport(s.session, "queued", run.Name) {
 				r.Recorder.Eventf(s.session, nil, "Normal", turnlogv1.EventWorkQueued, "Run", "%s", s.ready.message)
 			}
-			s.result.RequeueAfter = jittered(slotRetry)
+			s.result.RequeueAfter = jittered(cmp.Or(out.RetryAfter, slotRetry))
 			return nil
 		}
 		if out.Done {

@@ -86,8 +86,8 @@ func (w *JobWorkers) start(ctx context.Context, run WorkerRun) (WorkerOutcome, e
 		// Counting and creating are one step for the namespace, or two
 		// reconciles could both find the last slot free.
 		defer w.line.lock(run.Session.Namespace)()
-		if limit, err := w.namespaceFull(ctx, run.Session); err != nil || limit != "" {
-			return WorkerOutcome{Queued: limit != "", Message: limit}, err
+		if full, err := w.namespaceFull(ctx, run.Session); err != nil || full.Queued {
+			return full, err
 		}
 	}
 	job := workerJob(run, w.Settings)
@@ -97,15 +97,16 @@ func (w *JobWorkers) start(ctx context.Context, run WorkerRun) (WorkerOutcome, e
 	return WorkerOutcome{}, nil
 }
 
-// namespaceFull says why session may not start a Job now, if it may not:
-// its namespace has no slot free, or not one for each Session waiting
-// ahead of it (jobLine). It lists from the API server, not the cache, like
-// Busy: a Job just created by the previous reconcile must count.
-func (w *JobWorkers) namespaceFull(ctx context.Context, session *turnlogv1.Session) (string, error) {
+// namespaceFull says why session may not start a Job now, if it may not
+// (a Queued outcome): its namespace has no slot free, or not one for each
+// Session waiting ahead of it (jobLine). It lists from the API server, not
+// the cache, like Busy: a Job just created by the previous reconcile must
+// count.
+func (w *JobWorkers) namespaceFull(ctx context.Context, session *turnlogv1.Session) (WorkerOutcome, error) {
 	namespace := session.Namespace
 	jobs := &batchv1.JobList{}
 	if err := w.Reader.List(ctx, jobs, client.InNamespace(namespace), client.MatchingLabels(workerLabels)); err != nil {
-		return "", err
+		return WorkerOutcome{}, err
 	}
 	running := 0
 	for i := range jobs.Items {
@@ -114,9 +115,9 @@ func (w *JobWorkers) namespaceFull(ctx context.Context, session *turnlogv1.Sessi
 			running++
 		}
 	}
-	ok, ahead := w.line.admit(client.ObjectKeyFromObject(session), w.NamespaceRuns-running)
+	ok, ahead, retry := w.line.admit(client.ObjectKeyFromObject(session), w.NamespaceRuns-running, w.NamespaceRuns)
 	if ok {
-		return "", nil
+		return WorkerOutcome{}, nil
 	}
 	slotsQueued.WithLabelValues("namespace-worker-runs").Inc()
 	msg := fmt.Sprintf("namespace %s has %d worker Jobs going", namespace, running)
@@ -126,7 +127,7 @@ func (w *JobWorkers) namespaceFull(ctx context.Context, session *turnlogv1.Sessi
 	case ahead > 1:
 		msg += fmt.Sprintf(" and %d Sessions waiting ahead of this one", ahead)
 	}
-	return fmt.Sprintf("%s (--namespace-worker-runs=%d)", msg, w.NamespaceRuns), nil
+	return WorkerOutcome{Queued: true, RetryAfter: retry, Message: fmt.Sprintf("%s (--namespace-worker-runs=%d)", msg, w.NamespaceRuns)}, nil
 }
 
 // Retry deletes the run's finished Job, so that the next Run creates it

@@ -43,8 +43,10 @@ type WorkerOutcome struct {
 	Attempt string
 	Message string
 	// Queued: the run could not start because a limit on runs at once was
-	// reached (Message says which); it is not an attempt.
-	Queued bool
+	// reached (Message says which); it is not an attempt. RetryAfter, if
+	// set, is when to look again instead of slotRetry.
+	Queued     bool
+	RetryAfter time.Duration
 }
 
 // Workers runs worker tasks: in-process (LocalWorkers) or as Jobs
