@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/internal/derived"
@@ -22,7 +23,8 @@ import (
 // TestJobLineFirstComeFirstServed: in a namespace at its worker Job limit,
 // the slot a finished Job frees goes to the Session that waited for it,
 // not to the Session whose Job finished and that wants another at once
-// (its host is still appending); the Session that waited is woken.
+// (its host is still appending); the Job finishing wakes the Session that
+// waited, and a Job deleted unfinished does too.
 func TestJobLineFirstComeFirstServed(t *testing.T) {
 	ctx := context.Background()
 	scheme := runtime.NewScheme()
@@ -58,15 +60,17 @@ func TestJobLineFirstComeFirstServed(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKey{Namespace: "team", Name: "busy-1"}, job); err != nil {
 		t.Fatal(err)
 	}
+	running := job.DeepCopy()
 	job.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
 	if err := c.Status().Update(ctx, job); err != nil {
 		t.Fatal(err)
 	}
-	if out := start(run("busy", "busy-1")); !out.Done {
-		t.Fatalf("the finished Job: %+v", out)
-	}
+	w.slotEvents().Update(ctx, event.UpdateEvent{ObjectOld: running, ObjectNew: job}, nil)
 	if len(woken) != 1 || woken[0].Name != "child" {
 		t.Fatalf("woken %v; want the Session that waited", woken)
+	}
+	if out := start(run("busy", "busy-1")); !out.Done {
+		t.Fatalf("the finished Job: %+v", out)
 	}
 	out = start(run("busy", "busy-2"))
 	if !out.Queued || !strings.Contains(out.Message, "has 0 worker Jobs going and 1 Session waiting ahead of this one") {
@@ -77,6 +81,19 @@ func TestJobLineFirstComeFirstServed(t *testing.T) {
 	}
 	if out := start(run("busy", "busy-2")); !out.Queued || !strings.HasPrefix(out.Message, "namespace team has 1 worker Jobs going (") {
 		t.Fatalf("busy, first in line, over the limit: %+v", out)
+	}
+
+	child := &batchv1.Job{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "team", Name: "child-1"}, child); err != nil {
+		t.Fatal(err)
+	}
+	w.slotEvents().Delete(ctx, event.DeleteEvent{Object: child}, nil)
+	if len(woken) != 2 || woken[1].Name != "busy" {
+		t.Fatalf("woken %v; want busy, at the front, when the Job going was deleted", woken)
+	}
+	w.slotEvents().Update(ctx, event.UpdateEvent{ObjectOld: job, ObjectNew: job}, nil)
+	if len(woken) != 2 {
+		t.Fatalf("woken %v by a finished Job's update", woken)
 	}
 }
 

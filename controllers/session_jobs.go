@@ -9,8 +9,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/internal/derived"
@@ -71,13 +75,44 @@ func (w *JobWorkers) Run(ctx context.Context, run WorkerRun) (WorkerOutcome, err
 	}
 	switch {
 	case jobCondition(job, batchv1.JobComplete):
-		w.line.freed(run.Session.Namespace)
 		return WorkerOutcome{Done: true, Attempt: string(job.UID)}, nil
 	case jobCondition(job, batchv1.JobFailed):
-		w.line.freed(run.Session.Namespace)
 		return WorkerOutcome{Failed: true, Attempt: string(job.UID), Message: w.failureMessage(ctx, job)}, nil
 	}
 	return WorkerOutcome{}, nil
+}
+
+// slotEvents wakes the Session at the front of a namespace's line
+// (jobLine.freed) when one of the namespace's worker Jobs stops holding a
+// slot: it finishes, or it is deleted unfinished. The Job's own Session
+// hears of it through its owner reference, but that Session may have
+// moved on to a run of another name, and a deleted Job's is gone.
+func (w *JobWorkers) slotEvents() handler.EventHandler {
+	return handler.Funcs{
+		UpdateFunc: func(_ context.Context, e event.UpdateEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			before, after, ok := jobs(e.ObjectOld, e.ObjectNew)
+			if ok && holdsSlot(before) && !holdsSlot(after) {
+				w.line.freed(after.Namespace)
+			}
+		},
+		DeleteFunc: func(_ context.Context, e event.DeleteEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if job, _, ok := jobs(e.Object, e.Object); ok && holdsSlot(job) {
+				w.line.freed(job.Namespace)
+			}
+		},
+	}
+}
+
+// holdsSlot reports whether job counts against its namespace's
+// --namespace-worker-runs.
+func holdsSlot(job *batchv1.Job) bool {
+	return job.DeletionTimestamp == nil && !jobCondition(job, batchv1.JobComplete) && !jobCondition(job, batchv1.JobFailed)
+}
+
+func jobs(a, b client.Object) (*batchv1.Job, *batchv1.Job, bool) {
+	ja, okA := a.(*batchv1.Job)
+	jb, okB := b.(*batchv1.Job)
+	return ja, jb, okA && okB
 }
 
 // start creates run's Job, if its namespace has a slot for it.
@@ -110,8 +145,7 @@ func (w *JobWorkers) namespaceFull(ctx context.Context, session *turnlogv1.Sessi
 	}
 	running := 0
 	for i := range jobs.Items {
-		j := &jobs.Items[i]
-		if j.DeletionTimestamp == nil && !jobCondition(j, batchv1.JobComplete) && !jobCondition(j, batchv1.JobFailed) {
+		if holdsSlot(&jobs.Items[i]) {
 			running++
 		}
 	}
@@ -154,8 +188,7 @@ func (w *JobWorkers) Busy(ctx context.Context, session *turnlogv1.Session, name 
 		return "", err
 	}
 	for i := range jobs.Items {
-		j := &jobs.Items[i]
-		if j.Name != name && j.DeletionTimestamp == nil && !jobCondition(j, batchv1.JobComplete) && !jobCondition(j, batchv1.JobFailed) {
+		if j := &jobs.Items[i]; j.Name != name && holdsSlot(j) {
 			return j.Name, nil
 		}
 	}
