@@ -59,6 +59,10 @@ const (
 	// wakeGrace is how long the Session at the front has to answer a wake
 	// before the next one takes its place.
 	wakeGrace = 3 * slotRetry
+	// activeWindow is how lately a Session must have asked to hold back
+	// those behind it: slotRetry, jittered, and a reconcile's wait in a
+	// busy queue.
+	activeWindow = 5 * time.Second
 )
 
 type lineEntry struct {
@@ -106,10 +110,18 @@ func (l *jobLine) lock(namespace string) (unlock func()) {
 }
 
 // admit says whether who may start a Job when free of its namespace's
-// slots are free: it may if fewer than free Sessions that still ask are
-// ahead of it. One that may not keeps (or takes) its place in line, and
-// retry is when it should ask again: slotRetry near the front, lineRetry
-// further back (jobLine).
+// slots are free: it may if fewer than free of the Sessions ahead of it
+// are still asking (asked within activeWindow). One that may not keeps (or
+// takes) its place in line, ahead of it are the Sessions before that
+// place, and retry is when it should ask again: slotRetry near the front,
+// lineRetry further back (jobLine).
+//
+// A Session ahead that has not asked lately keeps its place but does not
+// hold the slot: in a namespace whose reconciles are all taken, the
+// Session at the front may not come round for a while, and the slot would
+// sit free meanwhile. The Sessions near the front look again every
+// slotRetry, so in a namespace that keeps up they are always asking, and
+// nobody passes them.
 func (l *jobLine) admit(who types.NamespacedName, free, limit int) (ok bool, ahead int, retry time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -119,11 +131,21 @@ func (l *jobLine) admit(who types.NamespacedName, free, limit int) (ok bool, ahe
 	}
 	line := slices.DeleteFunc(l.waiting[who.Namespace], func(e lineEntry) bool { return e.gone(now) })
 	i := slices.IndexFunc(line, func(e lineEntry) bool { return e.who == who })
+	before := line
+	if i >= 0 {
+		before = line[:i]
+	}
+	asking := 0
+	for _, e := range before {
+		if now.Sub(e.asked) <= activeWindow {
+			asking++
+		}
+	}
 	switch {
-	case i >= 0 && i < free:
+	case asking < free && i >= 0:
 		line = slices.Delete(line, i, i+1)
 		ok = true
-	case i < 0 && len(line) < free:
+	case asking < free:
 		ok = true
 	case i >= 0:
 		line[i].asked = now

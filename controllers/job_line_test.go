@@ -98,8 +98,9 @@ func TestJobLineFirstComeFirstServed(t *testing.T) {
 }
 
 // TestJobLinePlaces: places are kept in the order first asked, asking
-// again keeps one's place, free slots admit that many from the front, and
-// a place is lost by not asking for lineGrace, by not answering a wake
+// again keeps one's place, free slots admit that many from the front, a
+// Session ahead that has not asked lately is passed but keeps its place,
+// and a place is lost by not asking for lineGrace, by not answering a wake
 // within wakeGrace, or by leaving. Only the front of the line looks again
 // every slotRetry.
 func TestJobLinePlaces(t *testing.T) {
@@ -154,12 +155,19 @@ func TestJobLinePlaces(t *testing.T) {
 	if ok, ahead := admit("f", 0); ok || ahead != 1 {
 		t.Fatalf("f, new: admitted %v, %d ahead", ok, ahead)
 	}
-	now = now.Add(lineGrace/2 + time.Second)
+	now = now.Add(time.Second)
 	if ok, _ := admit("f", 1); ok {
-		t.Fatal("f went ahead of e, which asked within lineGrace")
+		t.Fatal("f went ahead of e, which is asking")
 	}
-	now = now.Add(lineGrace/2 + time.Second)
+	now = now.Add(activeWindow + time.Second)
 	if ok, _ := admit("f", 1); !ok {
+		t.Fatal("e, not asking for longer than activeWindow, held a free slot")
+	}
+	if ok, ahead := admit("e", 0); ok || ahead != 0 {
+		t.Fatalf("e, passed, lost its place: admitted %v, %d ahead", ok, ahead)
+	}
+	now = now.Add(lineGrace + time.Second)
+	if ok, _ := admit("g", 1); !ok {
 		t.Fatal("e's place, not asked for in lineGrace, held the slot")
 	}
 	if len(l.waiting) != 0 {
