@@ -531,9 +531,9 @@ func (r *SessionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("session")
 	if r.PodWorkers {
 		b = b.Owns(&batchv1.Job{})
-	}
-	if jw, ok := r.Workers.(*JobWorkers); ok {
-		b = b.Watches(&batchv1.Job{}, jw.slotEvents())
+		if jw, ok := r.Workers.(*JobWorkers); ok {
+			b = b.Watches(&batchv1.Job{}, jw.slotEvents())
+		}
 	}
 	if r.wakeups != nil {
 		b = b.WatchesRawSource(source.Channel(r.wakeups, &handler.EnqueueRequestForObject{}))

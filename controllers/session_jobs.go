@@ -90,13 +90,14 @@ func (w *JobWorkers) Run(ctx context.Context, run WorkerRun) (WorkerOutcome, err
 func (w *JobWorkers) slotEvents() handler.EventHandler {
 	return handler.Funcs{
 		UpdateFunc: func(_ context.Context, e event.UpdateEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			before, after, ok := jobs(e.ObjectOld, e.ObjectNew)
-			if ok && holdsSlot(before) && !holdsSlot(after) {
+			before, okBefore := e.ObjectOld.(*batchv1.Job)
+			after, okAfter := e.ObjectNew.(*batchv1.Job)
+			if okBefore && okAfter && holdsSlot(before) && !holdsSlot(after) {
 				w.line.freed(after.Namespace)
 			}
 		},
 		DeleteFunc: func(_ context.Context, e event.DeleteEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			if job, _, ok := jobs(e.Object, e.Object); ok && holdsSlot(job) {
+			if job, ok := e.Object.(*batchv1.Job); ok && holdsSlot(job) {
 				w.line.freed(job.Namespace)
 			}
 		},
@@ -107,12 +108,6 @@ func (w *JobWorkers) slotEvents() handler.EventHandler {
 // --namespace-worker-runs.
 func holdsSlot(job *batchv1.Job) bool {
 	return job.DeletionTimestamp == nil && !jobCondition(job, batchv1.JobComplete) && !jobCondition(job, batchv1.JobFailed)
-}
-
-func jobs(a, b client.Object) (*batchv1.Job, *batchv1.Job, bool) {
-	ja, okA := a.(*batchv1.Job)
-	jb, okB := b.(*batchv1.Job)
-	return ja, jb, okA && okB
 }
 
 // start creates run's Job, if its namespace has a slot for it.
