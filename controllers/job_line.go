@@ -26,17 +26,14 @@ import (
 // what a free slot waits for: the Session at the front must look again
 // before the slot is used. So only the Sessions near the front look again
 // every slotRetry; those further back every lineRetry, keeping their
-// places, and a Job seen finished wakes the next Session in line at once.
-// Those far back learn that they wait from the line and the cache alone;
-// only a Session that may get a slot takes the namespace's lock and counts
-// its Jobs on the API server.
+// places, and a Job seen finished wakes the Session at the front at once.
 //
-// A place holds back the Sessions behind it while its Session is not late
-// for the time it was told to ask again (activeWindow); one that is late
-// is passed, and after lineGrace loses its place: its reconciles fail
-// while its store is down, say, or it no longer needs a Job. A deleted
-// Session leaves the line (leave). The line is the manager's memory,
-// rebuilt from the Sessions that ask after a restart.
+// The line is the manager's memory, rebuilt from the Sessions that ask
+// after a restart; what counts as going is read from the API server each
+// time. A deleted Session leaves the line (leave). One that stops asking
+// for another reason (its reconciles fail while its store is down, say)
+// loses its place when it has not answered a wake within wakeGrace, or
+// has not asked for lineGrace.
 type jobLine struct {
 	mu sync.Mutex
 	// locks serialise counting a namespace's Jobs and creating one.
@@ -44,8 +41,8 @@ type jobLine struct {
 	// waiting are each namespace's Sessions that found no slot, in the
 	// order they first asked.
 	waiting map[string][]lineEntry
-	// wake, if set, is given the next Session in a namespace's line when
-	// one of its Jobs is seen finished.
+	// wake, if set, is given the Session at the front of a namespace's
+	// line when one of its Jobs is seen finished.
 	wake func(types.NamespacedName)
 	// now is the clock; nil is time.Now.
 	now func() time.Time
@@ -55,37 +52,30 @@ type jobLine struct {
 const (
 	// lineRetry is how soon a Session well back in line looks again.
 	lineRetry = 20 * time.Second
-	// lineGrace is how long past the time it was told to look again a
-	// Session keeps its place without asking: a namespace's reconciles
-	// come round late when many of its Sessions wait.
+	// lineGrace is how long a Session keeps its place without asking:
+	// past lineRetry, jittered, and a namespace's reconciles coming round
+	// late.
 	lineGrace = time.Minute
-	// activeWindow is how long past the time it was told to look again a
-	// Session still holds back those behind it: slotRetry's jitter, and a
-	// reconcile's wait in a busy queue.
+	// wakeGrace is how long the Session at the front has to answer a wake
+	// before the next one takes its place.
+	wakeGrace = 3 * slotRetry
+	// activeWindow is how lately a Session must have asked to hold back
+	// those behind it: slotRetry, jittered, and a reconcile's wait in a
+	// busy queue.
 	activeWindow = 5 * time.Second
 )
 
 type lineEntry struct {
-	who types.NamespacedName
-	// asked is when the Session last asked for a slot.
+	who   types.NamespacedName
 	asked time.Time
-	// due is when the Session was told to ask again: its last ask and
-	// the retry it was given then, or the moment it was woken for a
-	// freed slot.
-	due time.Time
 	// woken is when the entry was last woken for a freed slot.
 	woken time.Time
 }
 
-// holding reports whether e holds back the Sessions behind it at now: it
-// is not late for the time it was told to ask again. A Session well back
-// in line asks every lineRetry, so judging it by its last ask alone (as
-// the line once did) let any Session that asks often, a host's nudges
-// waking it, pass everyone between it and the front.
-func (e lineEntry) holding(now time.Time) bool { return !now.After(e.due.Add(activeWindow)) }
-
 // gone reports whether e has lost its place at now.
-func (e lineEntry) gone(now time.Time) bool { return now.After(e.due.Add(lineGrace)) }
+func (e lineEntry) gone(now time.Time) bool {
+	return now.Sub(e.asked) > lineGrace || e.wokenSinceAsked() && now.Sub(e.woken) > wakeGrace
+}
 
 // wokenSinceAsked reports whether e was woken and has not asked since.
 func (e lineEntry) wokenSinceAsked() bool { return !e.woken.IsZero() && !e.asked.After(e.woken) }
@@ -121,18 +111,18 @@ func (l *jobLine) lock(namespace string) (unlock func()) {
 
 // admit says whether who may start a Job when free of its namespace's
 // slots are free: it may if fewer than free of the Sessions ahead of it
-// are holding their places (not late to ask again). take says who is
-// about to start its Job, and leaves the line if it may; otherwise admit
-// only looks, so that the Job can be counted before it is taken. One that
-// may not keeps (or takes) its place in line, ahead of it are the
-// Sessions before that place, and retry is when it should ask again:
-// slotRetry near the front, lineRetry further back (jobLine).
+// are still asking (asked within activeWindow). One that may not keeps (or
+// takes) its place in line, ahead of it are the Sessions before that
+// place, and retry is when it should ask again: slotRetry near the front,
+// lineRetry further back (jobLine).
 //
-// A Session ahead that is late keeps its place but does not hold the
-// slot: in a namespace whose reconciles are all taken, the Session at the
-// front may not come round for a while, and the slot would sit free
-// meanwhile.
-func (l *jobLine) admit(who types.NamespacedName, free, limit int, take bool) (ok bool, ahead int, retry time.Duration) {
+// A Session ahead that has not asked lately keeps its place but does not
+// hold the slot: in a namespace whose reconciles are all taken, the
+// Session at the front may not come round for a while, and the slot would
+// sit free meanwhile. The Sessions near the front look again every
+// slotRetry, so in a namespace that keeps up they are always asking, and
+// nobody passes them.
+func (l *jobLine) admit(who types.NamespacedName, free, limit int) (ok bool, ahead int, retry time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.clock()
@@ -140,34 +130,36 @@ func (l *jobLine) admit(who types.NamespacedName, free, limit int, take bool) (o
 		l.waiting = map[string][]lineEntry{}
 	}
 	line := slices.DeleteFunc(l.waiting[who.Namespace], func(e lineEntry) bool { return e.gone(now) })
-	defer func() { l.setLine(who.Namespace, line) }()
 	i := slices.IndexFunc(line, func(e lineEntry) bool { return e.who == who })
 	before := line
 	if i >= 0 {
 		before = line[:i]
 	}
-	holding := 0
+	asking := 0
 	for _, e := range before {
-		if e.holding(now) {
-			holding++
+		if now.Sub(e.asked) <= activeWindow {
+			asking++
 		}
 	}
-	if holding < free {
-		if take && i >= 0 {
-			line = slices.Delete(line, i, i+1)
-		}
-		return true, 0, 0
+	switch {
+	case asking < free && i >= 0:
+		line = slices.Delete(line, i, i+1)
+		ok = true
+	case asking < free:
+		ok = true
+	case i >= 0:
+		line[i].asked = now
+		ahead = i
+	default:
+		ahead = len(line)
+		line = append(line, lineEntry{who: who, asked: now})
 	}
-	if i < 0 {
-		i = len(line)
-		line = append(line, lineEntry{who: who})
-	}
+	l.setLine(who.Namespace, line)
 	retry = slotRetry
-	if i >= max(limit, 1) {
+	if ahead >= max(limit, 1) {
 		retry = lineRetry
 	}
-	line[i].asked, line[i].due = now, now.Add(retry)
-	return false, i, retry
+	return ok, ahead, retry
 }
 
 // setLine keeps namespace's line, or forgets it if it is empty, so that
@@ -187,21 +179,20 @@ func (l *jobLine) leave(who types.NamespacedName) {
 	l.setLine(who.Namespace, slices.DeleteFunc(l.waiting[who.Namespace], func(e lineEntry) bool { return e.who == who }))
 }
 
-// freed wakes the first Session in namespace's line not woken since it
-// last asked: one of the namespace's Jobs has finished, so its turn has
-// come, now rather than at its next look. Until it answers it holds the
-// slot for activeWindow; a Job finishing next wakes the one after it.
+// freed wakes the Session at the front of namespace's line, if any: one
+// of the namespace's Jobs has finished, so its turn has come, now rather
+// than at its next look.
 func (l *jobLine) freed(namespace string) {
 	if l.wake == nil {
 		return
 	}
 	l.mu.Lock()
 	var first types.NamespacedName
-	line := l.waiting[namespace]
-	if i := slices.IndexFunc(line, func(e lineEntry) bool { return !e.wokenSinceAsked() }); i >= 0 {
-		first = line[i].who
-		line[i].woken = l.clock()
-		line[i].due = line[i].woken
+	if line := l.waiting[namespace]; len(line) > 0 {
+		first = line[0].who
+		if !line[0].wokenSinceAsked() {
+			line[0].woken = l.clock()
+		}
 	}
 	l.mu.Unlock()
 	if first.Name != "" {

@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -99,27 +98,28 @@ func TestJobLineFirstComeFirstServed(t *testing.T) {
 }
 
 // TestJobLinePlaces: places are kept in the order first asked, asking
-// again keeps one's place, free slots admit that many from the front,
-// looking (take false) leaves one's place as it is, a Job finishing wakes
-// the next Session not yet woken, a Session late to ask again is passed
-// but keeps its place, and a place is lost by being late for lineGrace or
-// by leaving. Only the front of the line looks again every slotRetry.
+// again keeps one's place, free slots admit that many from the front, a
+// Session ahead that has not asked lately is passed but keeps its place,
+// and a place is lost by not asking for lineGrace, by not answering a wake
+// within wakeGrace, or by leaving. Only the front of the line looks again
+// every slotRetry.
 func TestJobLinePlaces(t *testing.T) {
 	now := time.Unix(0, 0)
 	var woken []string
 	l := &jobLine{now: func() time.Time { return now }, wake: func(k types.NamespacedName) { woken = append(woken, k.Name) }}
 	who := func(name string) types.NamespacedName { return types.NamespacedName{Namespace: "team", Name: name} }
-	admitAs := func(name string, free int, take bool) (bool, int) {
+	admit := func(name string, free int) (bool, int) {
 		t.Helper()
-		ok, ahead, retry := l.admit(who(name), free, 2, take)
-		switch {
-		case ok:
-		case ahead >= 2 && retry != lineRetry, ahead < 2 && retry != slotRetry:
-			t.Fatalf("%s, %d ahead, looks again after %s", name, ahead, retry)
+		ok, ahead, retry := l.admit(who(name), free, 2)
+		if want := slotRetry; !ok && ahead >= 2 {
+			if retry != lineRetry {
+				t.Fatalf("%s, %d ahead, looks again after %s; want %s", name, ahead, retry, lineRetry)
+			}
+		} else if retry != want {
+			t.Fatalf("%s, %d ahead, looks again after %s; want %s", name, ahead, retry, want)
 		}
 		return ok, ahead
 	}
-	admit := func(name string, free int) (bool, int) { t.Helper(); return admitAs(name, free, true) }
 	for i, name := range []string{"a", "b", "c", "d"} {
 		if ok, ahead := admit(name, 0); ok || ahead != i {
 			t.Fatalf("%s with no slot free: admitted %v, %d ahead; want a place with %d ahead", name, ok, ahead, i)
@@ -131,75 +131,46 @@ func TestJobLinePlaces(t *testing.T) {
 	if ok, _ := admit("b", 2); !ok {
 		t.Fatal("b, second, with two slots free, waits")
 	}
-	if ok, _, _ := l.admit(types.NamespacedName{Namespace: "other", Name: "x"}, 1, 2, true); !ok {
+	if ok, _, _ := l.admit(types.NamespacedName{Namespace: "other", Name: "x"}, 1, 2); !ok {
 		t.Fatal("another namespace's line held a Session back")
 	}
 	l.leave(who("a"))
 	if ok, ahead := admit("e", 1); ok || ahead != 2 {
 		t.Fatalf("e, new, behind c and d: admitted %v, %d ahead", ok, ahead)
 	}
-	if ok, _ := admitAs("c", 1, false); !ok {
-		t.Fatal("c, at the front, looking with a slot free, waits")
+
+	l.freed("team")
+	if len(woken) != 1 || woken[0] != "c" {
+		t.Fatalf("woken %v; want c, at the front", woken)
 	}
-	if ok, ahead := admitAs("d", 1, false); ok || ahead != 1 {
-		t.Fatalf("d looking: admitted %v, %d ahead; c only looked, and keeps its place", ok, ahead)
+	now = now.Add(wakeGrace + time.Second)
+	if ok, _ := admit("d", 1); !ok {
+		t.Fatal("c, woken and silent past wakeGrace, held the slot")
 	}
 
-	for range 4 {
-		l.freed("team")
+	now = now.Add(lineGrace / 2)
+	if ok, ahead := admit("e", 0); ok || ahead != 0 {
+		t.Fatalf("e asking again: admitted %v, %d ahead", ok, ahead)
 	}
-	if strings.Join(woken, ",") != "c,d,e" {
-		t.Fatalf("woken %v; want c, d and e, each once, in line order", woken)
+	if ok, ahead := admit("f", 0); ok || ahead != 1 {
+		t.Fatalf("f, new: admitted %v, %d ahead", ok, ahead)
 	}
+	now = now.Add(time.Second)
 	if ok, _ := admit("f", 1); ok {
-		t.Fatal("f passed c, d and e, woken for the slot")
+		t.Fatal("f went ahead of e, which is asking")
 	}
 	now = now.Add(activeWindow + time.Second)
 	if ok, _ := admit("f", 1); !ok {
-		t.Fatal("c, d and e, woken and silent past activeWindow, held the slot")
+		t.Fatal("e, not asking for longer than activeWindow, held a free slot")
 	}
-	if ok, ahead := admit("e", 0); ok || ahead != 2 {
+	if ok, ahead := admit("e", 0); ok || ahead != 0 {
 		t.Fatalf("e, passed, lost its place: admitted %v, %d ahead", ok, ahead)
 	}
-	now = now.Add(lineGrace)
-	if ok, ahead := admit("g", 0); ok || ahead != 1 {
-		t.Fatalf("g: admitted %v, %d ahead; want c and d gone, e, told to look again after lineRetry, keeping its place", ok, ahead)
-	}
-	now = now.Add(lineRetry + lineGrace)
-	if ok, _ := admit("h", 1); !ok {
-		t.Fatal("places late for lineGrace held the slot")
+	now = now.Add(lineGrace + time.Second)
+	if ok, _ := admit("g", 1); !ok {
+		t.Fatal("e's place, not asked for in lineGrace, held the slot")
 	}
 	if len(l.waiting) != 0 {
 		t.Fatalf("lines left behind: %v", l.waiting)
-	}
-}
-
-// TestJobLineBackOfLine: a Session that asks often (its host's appends
-// nudge it) does not pass the Sessions far back in line, which were told
-// to look again only after lineRetry; the next Session in line that is not
-// late takes a slot the front does not come for.
-func TestJobLineBackOfLine(t *testing.T) {
-	now := time.Unix(0, 0)
-	l := &jobLine{now: func() time.Time { return now }}
-	who := func(i int) types.NamespacedName {
-		return types.NamespacedName{Namespace: "team", Name: fmt.Sprintf("s%02d", i)}
-	}
-	for i := range 40 {
-		if ok, ahead, _ := l.admit(who(i), 0, 4, true); ok || ahead != i {
-			t.Fatalf("%s: admitted %v, %d ahead", who(i).Name, ok, ahead)
-		}
-	}
-	busy := types.NamespacedName{Namespace: "team", Name: "busy"}
-	for range 8 {
-		now = now.Add(time.Second)
-		if ok, ahead, _ := l.admit(busy, 1, 4, true); ok || ahead != 40 {
-			t.Fatalf("busy, asking every second, at %s: admitted %v, %d ahead; want it behind all 40", now.Sub(time.Unix(0, 0)), ok, ahead)
-		}
-	}
-	if ok, _, _ := l.admit(who(4), 1, 4, true); !ok {
-		t.Fatal("s04, on time, waits behind the four at the front, all late")
-	}
-	if ok, ahead, _ := l.admit(who(0), 0, 4, true); ok || ahead != 0 {
-		t.Fatalf("s00, late, lost its place: admitted %v, %d ahead", ok, ahead)
 	}
 }

@@ -113,15 +113,10 @@ func holdsSlot(job *batchv1.Job) bool {
 // start creates run's Job, if its namespace has a slot for it.
 func (w *JobWorkers) start(ctx context.Context, run WorkerRun) (WorkerOutcome, error) {
 	if w.NamespaceRuns > 0 {
-		// Most Sessions in a long line are far from a slot, and learn so
-		// from the line and the cache, without the namespace's lock.
-		if full, err := w.namespaceFull(ctx, run.Session, w.Client, false); err != nil || full.Queued {
-			return full, err
-		}
 		// Counting and creating are one step for the namespace, or two
 		// reconciles could both find the last slot free.
 		defer w.line.lock(run.Session.Namespace)()
-		if full, err := w.namespaceFull(ctx, run.Session, w.Reader, true); err != nil || full.Queued {
+		if full, err := w.namespaceFull(ctx, run.Session); err != nil || full.Queued {
 			return full, err
 		}
 	}
@@ -134,23 +129,22 @@ func (w *JobWorkers) start(ctx context.Context, run WorkerRun) (WorkerOutcome, e
 
 // namespaceFull says why session may not start a Job now, if it may not
 // (a Queued outcome): its namespace has no slot free, or not one for each
-// Session waiting ahead of it (jobLine). It counts the Jobs going with
-// jobs; take says the count is exact (read from the API server, not the
-// cache, like Busy: a Job just created by the previous reconcile must
-// count) and session leaves the line if it may start.
-func (w *JobWorkers) namespaceFull(ctx context.Context, session *turnlogv1.Session, jobs client.Reader, take bool) (WorkerOutcome, error) {
+// Session waiting ahead of it (jobLine). It lists from the API server, not
+// the cache, like Busy: a Job just created by the previous reconcile must
+// count.
+func (w *JobWorkers) namespaceFull(ctx context.Context, session *turnlogv1.Session) (WorkerOutcome, error) {
 	namespace := session.Namespace
-	list := &batchv1.JobList{}
-	if err := jobs.List(ctx, list, client.InNamespace(namespace), client.MatchingLabels(workerLabels)); err != nil {
+	jobs := &batchv1.JobList{}
+	if err := w.Reader.List(ctx, jobs, client.InNamespace(namespace), client.MatchingLabels(workerLabels)); err != nil {
 		return WorkerOutcome{}, err
 	}
 	running := 0
-	for i := range list.Items {
-		if holdsSlot(&list.Items[i]) {
+	for i := range jobs.Items {
+		if holdsSlot(&jobs.Items[i]) {
 			running++
 		}
 	}
-	ok, ahead, retry := w.line.admit(client.ObjectKeyFromObject(session), w.NamespaceRuns-running, w.NamespaceRuns, take)
+	ok, ahead, retry := w.line.admit(client.ObjectKeyFromObject(session), w.NamespaceRuns-running, w.NamespaceRuns)
 	if ok {
 		return WorkerOutcome{}, nil
 	}
