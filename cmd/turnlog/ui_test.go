@@ -76,7 +76,7 @@ func TestUIInBrowser(t *testing.T) {
 	// The Session: its degraded message marked with the Event's words, its
 	// stopped response greyed outside the transcript.
 	browse(t, page, "the Session page",
-		chromedp.Click(chromedp.CSS(row+" a.session-link")),
+		click(row+" a.session-link"),
 		poll(`document.querySelector('li.message.degraded[data-seq="3"] .degraded-note')?.textContent.includes("seq 3 replayed provider-neutral")`),
 		chromedp.WaitVisible(chromedp.CSS(`.frozen .frozen-text`)))
 	var got struct {
@@ -119,7 +119,7 @@ func TestUIInBrowser(t *testing.T) {
 	status := `.frozen[data-seq="15"] .fork-status`
 	browse(t, page, "fork from the stopped message",
 		chromedp.SetValue(chromedp.CSS("#fork-name"), "support-chat-retry"),
-		chromedp.Click(chromedp.CSS(`.frozen[data-seq="15"] button.fork`)),
+		click(`.frozen[data-seq="15"] button.fork`),
 		poll(`document.querySelector('`+status+`.done a.child')?.textContent === "support-chat-retry"`))
 	fork := &turnlogv1.SessionFork{}
 	if err := tl.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: "support-chat-retry"}, fork); err != nil {
@@ -132,7 +132,7 @@ func TestUIInBrowser(t *testing.T) {
 
 	// The same name again: the API server's refusal, where it was clicked.
 	browse(t, page, "fork with a name taken",
-		chromedp.Click(chromedp.CSS(`.frozen[data-seq="15"] button.fork`)),
+		click(`.frozen[data-seq="15"] button.fork`),
 		poll(`document.querySelector('`+status+`.error')?.textContent.includes("already exists")`))
 	t.Logf("refusal shown: %s", evaluate[string](t, page, "read the refusal", `document.querySelector('`+status+`').textContent`))
 
@@ -144,7 +144,7 @@ func TestUIInBrowser(t *testing.T) {
 	// greyed and out of its transcript, no turn 4; its tree links the
 	// parent.
 	browse(t, page, "the child's page",
-		chromedp.Click(chromedp.CSS(`#tree a[href="/s/default/support-chat-retry"]`)),
+		click(`#tree a[href="/s/default/support-chat-retry"]`),
 		poll(`document.querySelector('#tree a[href="/s/default/support-chat"]') !== null && document.querySelectorAll('.transcript li.message').length > 0`))
 	// The page renders again as the child's status changes (showing
 	// "Loading…" meanwhile): read it once it is there.
@@ -321,6 +321,23 @@ func poll(expr string) chromedp.Action[chromedp.Void] {
 			if err == nil || ctx.Err() != nil || !(strings.Contains(err.Error(), "navigated") || strings.Contains(err.Error(), "Cannot find context")) {
 				return chromedp.Void{}, err
 			}
+		}
+	}
+}
+
+// click clicks the element selector finds. The page renders again as
+// status changes arrive from the watch, so the node found can be gone
+// before the click lands: then it finds the element again, as a person
+// whose button moved under the pointer would click again.
+func click(selector string) chromedp.Action[chromedp.Void] {
+	return func(ctx context.Context, tab *chromedp.Target) (chromedp.Void, error) {
+		for {
+			_, err := chromedp.Click(chromedp.CSS(selector))(ctx, tab)
+			if err == nil || ctx.Err() != nil || !(strings.Contains(err.Error(), "Could not find node") ||
+				strings.Contains(err.Error(), "No node with given id") || strings.Contains(err.Error(), "detached")) {
+				return chromedp.Void{}, err
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
 	}
 }
