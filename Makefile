@@ -187,8 +187,9 @@ soak: control-plane node-deps e2e-build ## Soak: hosts stream into SESSIONS Sess
 	E2E_BUILD_DIR=$(E2E_BUILD_DIR) KUBEBUILDER_ASSETS=$(CONTROL_PLANE_DIR) $(GO) test ./test/soak/ -run TestSoak -count=1 -timeout 8h -v -args -soak.duration=$(DURATION) -soak.sessions=$(SESSIONS) -soak.hosts=$(HOSTS) -soak.fault-every=45s -soak.fork-every=10s -soak.flood-forks=200 -soak.flood-turns=5000 -soak.probes=20 -soak.settle=$(SOAK_SETTLE) -soak.out=$(SOAK_OUT) $(SOAK_FLAGS)
 
 .PHONY: soak-plot
-soak-plot: ## Plot the last `make soak`'s manager RSS and faults (bin/soak) into docs/soak-rss.png (needs gnuplot).
-	gnuplot hack/soak-plot.gp
+SOAK_PLOT ?= docs/soak-rss.png
+soak-plot: ## Plot the last `make soak`'s manager RSS and faults (SOAK_OUT) into SOAK_PLOT (needs gnuplot).
+	gnuplot -e 'dir="$(SOAK_OUT)"; out="$(SOAK_PLOT)"' hack/soak-plot.gp
 
 .PHONY: test-soak
 test-soak: control-plane node-deps e2e-build ## A short soak (~3-4 min): 6 Sessions, 2 hosts, a round of every fault (~90 s), then every check.
