@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -315,14 +316,8 @@ func evaluate[T any](t *testing.T, ctx context.Context, what, expr string, actio
 // poll waits until the JavaScript expression is true, in the page a
 // click has just navigated to too.
 func poll(expr string) chromedp.Action[chromedp.Void] {
-	return func(ctx context.Context, tab *chromedp.Target) (chromedp.Void, error) {
-		for {
-			_, err := chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingInterval(100*time.Millisecond))(ctx, tab)
-			if err == nil || ctx.Err() != nil || !(strings.Contains(err.Error(), "navigated") || strings.Contains(err.Error(), "Cannot find context")) {
-				return chromedp.Void{}, err
-			}
-		}
-	}
+	return again(chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingInterval(100*time.Millisecond)),
+		"navigated", "Cannot find context")
 }
 
 // click clicks the element selector finds. The page renders again as
@@ -330,11 +325,16 @@ func poll(expr string) chromedp.Action[chromedp.Void] {
 // before the click lands: then it finds the element again, as a person
 // whose button moved under the pointer would click again.
 func click(selector string) chromedp.Action[chromedp.Void] {
+	return again(chromedp.Click(chromedp.CSS(selector)), "Could not find node", "No node with given id", "detached")
+}
+
+// again runs action until it succeeds, fails with an error other than
+// one naming a transient cause, or ctx ends.
+func again(action chromedp.Action[chromedp.Void], transient ...string) chromedp.Action[chromedp.Void] {
 	return func(ctx context.Context, tab *chromedp.Target) (chromedp.Void, error) {
 		for {
-			_, err := chromedp.Click(chromedp.CSS(selector))(ctx, tab)
-			if err == nil || ctx.Err() != nil || !(strings.Contains(err.Error(), "Could not find node") ||
-				strings.Contains(err.Error(), "No node with given id") || strings.Contains(err.Error(), "detached")) {
+			_, err := action(ctx, tab)
+			if err == nil || ctx.Err() != nil || !slices.ContainsFunc(transient, func(s string) bool { return strings.Contains(err.Error(), s) }) {
 				return chromedp.Void{}, err
 			}
 			time.Sleep(50 * time.Millisecond)
