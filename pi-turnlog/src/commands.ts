@@ -16,6 +16,21 @@ export const BINDING = "turnlog";
 
 export interface Binding {
 	location: Location;
+	/**
+	 * The pi session that wrote the binding. pi's /fork and /clone copy a
+	 * branch's entries, bindings included, into a new pi session: a binding
+	 * another pi session wrote names the Session the copied path came from,
+	 * not one this pi session records into. (Bindings written before this
+	 * field existed belong to the pi session whose file holds them, unless
+	 * that file was forked from another.)
+	 */
+	piSession?: string;
+	/**
+	 * The pi session's own first Session, when it is not the one named by
+	 * default (pi-<id>): that of a pi session forked or cloned from one the
+	 * package recorded.
+	 */
+	root?: boolean;
 	/** The entries the binding brought in from the stored transcript, by id: the seqs of their events. */
 	seqs: Record<string, number>;
 	/** What the entries are, as the recorder tells them apart. */
@@ -125,7 +140,7 @@ export function registerCommands(pi: ExtensionAPI, deps: Deps) {
 				await ctx.waitForIdle();
 				const result = await ctx.newSession({
 					setup: async (sm) => {
-						const binding: Binding = { location, seqs: {}, kinds: {} };
+						const binding: Binding = { location, piSession: sm.getSessionId(), seqs: {}, kinds: {} };
 						for (const m of tr.messages) {
 							const id = sm.appendMessage(m.message);
 							if (!m.synthetic) {

@@ -86,6 +86,16 @@ export class Kube {
 		return uid;
 	}
 
+	/** uidOf is the uid of the Session namespace/name; undefined if there is none. */
+	async uidOf(namespace: string, name: string): Promise<string | undefined> {
+		const res = await this.request("GET", `${GROUP}/namespaces/${encodeURIComponent(namespace)}/sessions/${encodeURIComponent(name)}`);
+		if (res.status === 404) return undefined;
+		if (res.status < 200 || res.status > 299 || !res.body?.metadata?.uid) {
+			throw new Error(`Session ${namespace}/${name}: ${res.status} ${res.body?.message ?? res.body?.reason ?? ""}`.trim());
+		}
+		return res.body.metadata.uid;
+	}
+
 	/**
 	 * refusedBlocks is the Session's spec.adapter.refusedBlocks: whether its
 	 * transcript leaves out the thinking blocks the provider refused.

@@ -113,6 +113,20 @@ export class SegmentLog {
 	}
 }
 
+/**
+ * recordedFrom is the id of the pi session the log at loc was recorded
+ * from, as its session/start says; undefined for a log that does not
+ * exist or was not recorded from pi.
+ */
+export async function recordedFrom(store: Store, loc: Location): Promise<string | undefined> {
+	const log = new SegmentLog(store, rootOf(loc));
+	const [first] = await log.segments();
+	if (first?.first !== 0) return undefined;
+	const [start] = await log.readSegment(first.key, 0);
+	const id = start?.type === "session/start" ? (start.piSession as { id?: unknown } | undefined)?.id : undefined;
+	return typeof id === "string" ? id : undefined;
+}
+
 /** StaleWriterError: another writer appended where this one owns the log. */
 export class StaleWriterError extends Error {
 	constructor(

@@ -48,3 +48,11 @@ export const MESSAGE_TYPES = new Set([
 	"context/message",
 	"context/compaction",
 ]);
+
+/** Entry types that put something into pi's context; other entries (settings, labels, custom data) alone are nothing to record. */
+const CONTEXT_ENTRIES = new Set(["message", "custom_message", "compaction", "branch_summary", "context_edit"]);
+
+/** holdsContext: the entry is part of what pi sends, so a Session is worth having for it. */
+export function holdsContext(e: Entry): boolean {
+	return CONTEXT_ENTRIES.has(e.type);
+}
