@@ -47,7 +47,7 @@ var _ = Describe("a pi user", func() {
 		pi.Prompt("Two?")
 		secondRequest := prov.Requests()[1]
 		say("Three?", "3")
-		one, three := entryWithText(pi, "1"), entryWithText(pi, "3")
+		one, three := pi.EntryWithText("1"), pi.EntryWithText("3")
 
 		By("going back two turns with /tree and asking again")
 		pi.Call(map[string]any{"type": "prompt", "message": "/tree-to " + one})
@@ -57,7 +57,7 @@ var _ = Describe("a pi user", func() {
 		Expect(kubectl("get", "session", branch, "-o", "jsonpath={.spec.forkedFrom.session}")).To(Equal("pi-chat"))
 		branchLeaf := pi.Call(map[string]any{"type": "get_state"})
 		file, _ := branchLeaf["sessionFile"].(string)
-		newLeaf := entryWithText(pi, "2b")
+		newLeaf := pi.EntryWithText("2b")
 
 		By("reading each branch's transcript, replayed by worker Jobs, as pi resumes that leaf")
 		for name, leaf := range map[string]string{"pi-chat": three, branch: newLeaf} {
@@ -100,30 +100,97 @@ spec:
 			g.Expect(head).To(BeNumerically(">", at), "the child's log goes on from the cut")
 		}).Should(Succeed())
 	})
-})
 
-// entryWithText is the id of the entry on pi's current branch whose first
-// content block's text is text.
-func entryWithText(pi *pihost.Pi, text string) string {
-	GinkgoHelper()
-	raw, err := json.Marshal(pi.Call(map[string]any{"type": "get_entries"})["entries"])
-	Expect(err).NotTo(HaveOccurred())
-	var entries []struct {
-		ID      string `json:"id"`
-		Message struct {
-			Content json.RawMessage `json:"content"`
-		} `json:"message"`
-	}
-	Expect(json.Unmarshal(raw, &entries)).To(Succeed())
-	for _, en := range entries {
-		var blocks []struct{ Text string }
-		if json.Unmarshal(en.Message.Content, &blocks) == nil && len(blocks) > 0 && blocks[0].Text == text {
-			return en.ID
+	It("moves between sessions with /fork, /clone, /resume and /new, each branch a Session", func() {
+		tb := GinkgoTB()
+		prov := pihost.NewProvider(tb)
+		e := pihost.NewEnv(tb, prov, env.storeURL, env.namespace, "pi-walk", "")
+		e.Vars = append(e.Vars, "TURNLOG_KUBECONFIG="+env.kubeconfig, "AWS_REGION=us-east-1")
+		for k, v := range env.storeCredentials {
+			e.Vars = append(e.Vars, k+"="+v)
 		}
-	}
-	Fail(fmt.Sprintf("pi has no entry saying %q", text))
-	return ""
-}
+		e.Exts = append(e.Exts, pihost.TreeExtension())
+
+		By("recording, /tree back, /fork, /clone, /resume of the first session, /fork off another branch, /new; a prompt after each")
+		w := pihost.WalkSessions(tb, e, prov)
+
+		By("finding one Session per pi session and branch, each forked from the Session that held the copied path")
+		var list struct {
+			Items []struct {
+				Metadata struct {
+					Name   string            `json:"name"`
+					Labels map[string]string `json:"labels"`
+				} `json:"metadata"`
+				Spec struct {
+					ForkedFrom *struct {
+						Session string `json:"session"`
+					} `json:"forkedFrom"`
+				} `json:"spec"`
+			} `json:"items"`
+		}
+		Expect(json.Unmarshal([]byte(kubectl("get", "sessions", "-o", "json")), &list)).To(Succeed())
+		ours := map[string]bool{}
+		for id := range w.Files {
+			ours[id] = true
+		}
+		named, parent := map[string]string{}, map[string]string{}
+		for _, s := range list.Items {
+			id := s.Metadata.Labels["turnlog.dev/pi-session"]
+			if !ours[id] {
+				continue // another spec's
+			}
+			b := ""
+			switch {
+			case s.Metadata.Name == "pi-walk":
+				b = pihost.WalkRoot
+			case strings.HasPrefix(s.Metadata.Name, "pi-walk-"):
+				b = pihost.WalkBranch
+			default:
+				for _, c := range []string{pihost.WalkForked, pihost.WalkCloned, pihost.WalkForkedOff, pihost.WalkFresh} {
+					if s.Metadata.Name == "pi-"+w.PiSession(c) {
+						b = c
+					}
+				}
+			}
+			Expect(b).NotTo(BeEmpty(), "Session %s records pi session %s, but no branch of it", s.Metadata.Name, id)
+			Expect(named).NotTo(HaveKey(b), "two Sessions for the %s branch: %s and %s", b, named[b], s.Metadata.Name)
+			Expect(id).To(Equal(w.PiSession(b)), "Session %s's pi-session label", s.Metadata.Name)
+			named[b] = s.Metadata.Name
+			if s.Spec.ForkedFrom != nil {
+				parent[b] = s.Spec.ForkedFrom.Session
+			}
+		}
+		Expect(named).To(HaveLen(len(w.Prompts())), "Sessions by branch: %v", named)
+		Expect(parent).To(Equal(map[string]string{
+			pihost.WalkBranch:    named[pihost.WalkRoot],
+			pihost.WalkForked:    named[pihost.WalkBranch],
+			pihost.WalkCloned:    named[pihost.WalkForked],
+			pihost.WalkForkedOff: named[pihost.WalkRoot],
+		}), "the Sessions' spec.forkedFrom")
+
+		By("reading each Session's transcript, replayed by worker pods, as pi resumes its branch")
+		for b, name := range named {
+			file := w.Files[w.PiSession(b)]
+			pc := pihost.ResumeOf(tb, e, file, w.Leaves[b])
+			msgs := currentTranscript(name)
+			Expect(pihost.SameAsPi(tb, msgs, pc, pihost.Target(pc))).To(BeEmpty(), "%s's transcript is not pi's resume of its branch", name)
+			var prompts []string
+			for _, m := range msgs {
+				var um struct {
+					Role    string `json:"role"`
+					Content []struct {
+						Text string `json:"text"`
+					} `json:"content"`
+				}
+				Expect(json.Unmarshal(m.Message, &um)).To(Succeed())
+				if um.Role == "user" && len(um.Content) > 0 {
+					prompts = append(prompts, um.Content[0].Text)
+				}
+			}
+			Expect(prompts).To(Equal(w.Prompts()[b]), "the prompts in %s's transcript", name)
+		}
+	})
+})
 
 // currentTranscript waits until the workers have replayed the Session
 // through its head and it is Ready, and returns the transcript they stored,

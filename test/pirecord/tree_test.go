@@ -106,8 +106,8 @@ func walkTheTree(t *testing.T, e *env, prov *provider, sessions func() []agentho
 	)
 	pi.Prompt("Two?")
 	say("Three?", "3")
-	one, three := entryOf(t, pi, "1"), entryOf(t, pi, "3")
-	result := entryOf(t, pi, "the launch is on tuesday\n")
+	one, three := pi.EntryWithText("1"), pi.EntryWithText("3")
+	result := pi.EntryWithText("the launch is on tuesday\n")
 
 	treeTo := func(id string, summarize bool) {
 		cmd := "/tree-to " + id
@@ -129,31 +129,6 @@ func walkTheTree(t *testing.T, e *env, prov *provider, sessions func() []agentho
 	file, _ := state["sessionFile"].(string)
 	pi.Quit()
 	return file, sessions()
-}
-
-// entryOf returns the id of the entry on pi's current branch whose message
-// text (or tool result) is text.
-func entryOf(t *testing.T, pi *piProc, text string) string {
-	t.Helper()
-	data := pi.Call(map[string]any{"type": "get_entries"})
-	raw, _ := json.Marshal(data["entries"])
-	var entries []struct {
-		ID      string `json:"id"`
-		Message struct {
-			Content json.RawMessage `json:"content"`
-		} `json:"message"`
-	}
-	if err := json.Unmarshal(raw, &entries); err != nil {
-		t.Fatal(err)
-	}
-	for _, en := range entries {
-		var blocks []struct{ Text string }
-		if json.Unmarshal(en.Message.Content, &blocks) == nil && len(blocks) > 0 && blocks[0].Text == text {
-			return en.ID
-		}
-	}
-	t.Fatalf("no entry says %q", text)
-	return ""
 }
 
 // checkBranches checks every Session the tree was recorded into: the pi
