@@ -13,6 +13,11 @@
 //   TURNLOG_KUBECONFIG     a kubeconfig: the Session is found or created by
 //                          name through the API server, nudged, and its
 //                          spec.adapter follows pi's model
+//   TURNLOG_REFUSED_BLOCKS Drop: leave the thinking blocks the provider
+//                          refused out of every later request, as a Session
+//                          with spec.adapter.refusedBlocks Drop stores its
+//                          transcript; Keep: send them, as pi does. Unset:
+//                          the Session's own choice (with a kubeconfig), else Keep
 //   TURNLOG_DEBUG_GETS     a test hook: a file the package appends the key
 //                          of every object it reads to, one a line
 import { randomUUID } from "node:crypto";
@@ -23,6 +28,7 @@ import { Kube, LABEL_PI_BRANCH_POINT, LABEL_PI_SESSION } from "./kube.ts";
 import { type Location, recordedFrom, rootOf, SegmentLog, sameLocation } from "./log.ts";
 import { type Entry, holdsContext } from "./mapping.ts";
 import { type Adapter, adapterOf, Recorder } from "./recorder.ts";
+import { registerDrop } from "./refused.ts";
 import { openStore, type Store, withGetHook } from "./store.ts";
 
 // The pi session pi started with, which TURNLOG_SESSION names: kept for
@@ -69,6 +75,9 @@ export default function (pi: ExtensionAPI) {
 	// where is the Session being recorded into, once the log is open.
 	let where: Location | undefined;
 	let chain: Promise<void> = Promise.resolve();
+	// A log that could not be opened is said once, not at every event: pi
+	// goes on without recording until it moves (/tree, another session).
+	let openFailed = false;
 	let ctxRef: ExtensionContext | undefined;
 
 	// Everything that touches the recorder runs in order, one at a time.
@@ -278,7 +287,15 @@ export default function (pi: ExtensionAPI) {
 	// path is the branch when the event that calls it fired: later entries
 	// are recorded by the events that follow.
 	const follow = async (ctx: ExtensionContext, path: Entry[]) => {
-		if (!(await attach(ctx, path))) return;
+		let attached: boolean;
+		try {
+			attached = await attach(ctx, path);
+		} catch (err) {
+			openFailed = true;
+			throw err;
+		}
+		openFailed = false;
+		if (!attached) return;
 		await rec!.record(path);
 		// Entries the previous process persisted but never logged, or the
 		// branch's turn up to where pi went back to, end up in a turn of
@@ -289,7 +306,14 @@ export default function (pi: ExtensionAPI) {
 	// recording is the recorder of pi's current branch, opened when pi
 	// first has something to record (entries: the branch then).
 	const recording = async (ctx: ExtensionContext, entries: Entry[]): Promise<Recorder | undefined> => {
-		if (!rec && !(await attach(ctx, entries))) return undefined;
+		if (rec || openFailed) return rec;
+		try {
+			if (!(await attach(ctx, entries))) return undefined;
+		} catch (err) {
+			openFailed = true;
+			report(`open the log: ${(err as Error).message}`);
+			return undefined;
+		}
 		return rec;
 	};
 
@@ -389,4 +413,5 @@ export default function (pi: ExtensionAPI) {
 		current: () => rec,
 		settle: () => chain,
 	});
+	registerDrop(pi, { kube: getKube, where: () => where, settle: () => chain });
 }
