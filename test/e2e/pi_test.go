@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"testing"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -22,12 +23,7 @@ var _ = Describe("a pi user", func() {
 	It("records, branches with /tree, forks with kubectl and continues the child in pi", func() {
 		tb := GinkgoTB()
 		prov := pihost.NewProvider(tb)
-		e := pihost.NewEnv(tb, prov, env.storeURL, env.namespace, "pi-chat", "")
-		e.Vars = append(e.Vars, "TURNLOG_KUBECONFIG="+env.kubeconfig, "AWS_REGION=us-east-1")
-		for k, v := range env.storeCredentials {
-			e.Vars = append(e.Vars, k+"="+v)
-		}
-		e.Exts = append(e.Exts, pihost.TreeExtension())
+		e := piEnv(tb, prov, "pi-chat")
 		pi := e.Start()
 		say := func(prompt, answer string) {
 			GinkgoHelper()
@@ -104,12 +100,7 @@ spec:
 	It("moves between sessions with /fork, /clone, /resume and /new, each branch a Session", func() {
 		tb := GinkgoTB()
 		prov := pihost.NewProvider(tb)
-		e := pihost.NewEnv(tb, prov, env.storeURL, env.namespace, "pi-walk", "")
-		e.Vars = append(e.Vars, "TURNLOG_KUBECONFIG="+env.kubeconfig, "AWS_REGION=us-east-1")
-		for k, v := range env.storeCredentials {
-			e.Vars = append(e.Vars, k+"="+v)
-		}
-		e.Exts = append(e.Exts, pihost.TreeExtension())
+		e := piEnv(tb, prov, "pi-walk")
 
 		By("recording, /tree back, /fork, /clone, /resume of the first session, /fork off another branch, /new; a prompt after each")
 		w := pihost.WalkSessions(tb, e, prov)
@@ -177,20 +168,41 @@ spec:
 			var prompts []string
 			for _, m := range msgs {
 				var um struct {
-					Role    string `json:"role"`
-					Content []struct {
-						Text string `json:"text"`
-					} `json:"content"`
+					Role    string          `json:"role"`
+					Content json.RawMessage `json:"content"`
 				}
 				Expect(json.Unmarshal(m.Message, &um)).To(Succeed())
-				if um.Role == "user" && len(um.Content) > 0 {
-					prompts = append(prompts, um.Content[0].Text)
+				if um.Role != "user" {
+					continue
 				}
+				var blocks []struct {
+					Text string `json:"text"`
+				}
+				var text string
+				if json.Unmarshal(um.Content, &blocks) == nil && len(blocks) > 0 {
+					text = blocks[0].Text
+				} else {
+					Expect(json.Unmarshal(um.Content, &text)).To(Succeed(), "a user message's content: %s", um.Content)
+				}
+				prompts = append(prompts, text)
 			}
 			Expect(prompts).To(Equal(w.Prompts()[b]), "the prompts in %s's transcript", name)
 		}
 	})
 })
+
+// piEnv is a pi installation with the pi package and the /tree-to
+// extension, recording into the suite's namespace and store through its
+// API server; the Session pi starts with is session.
+func piEnv(tb testing.TB, prov *pihost.Provider, session string) *pihost.Env {
+	e := pihost.NewEnv(tb, prov, env.storeURL, env.namespace, session, "")
+	e.Vars = append(e.Vars, "TURNLOG_KUBECONFIG="+env.kubeconfig, "AWS_REGION=us-east-1")
+	for k, v := range env.storeCredentials {
+		e.Vars = append(e.Vars, k+"="+v)
+	}
+	e.Exts = append(e.Exts, pihost.TreeExtension())
+	return e
+}
 
 // currentTranscript waits until the workers have replayed the Session
 // through its head and it is Ready, and returns the transcript they stored,

@@ -185,38 +185,7 @@ func checkPiSessions(t *testing.T, e *env, storeURL string, w *pihost.Walk, sess
 		if s.piSession != w.PiSession(b) {
 			t.Errorf("Session %s says it records pi session %q, want %q", s.loc.Session, s.piSession, w.PiSession(b))
 		}
-		file := w.Files[w.PiSession(b)]
-		parents := treeOf(t, file)
-		var recorded []string
-		for _, ev := range events {
-			var v struct {
-				PiEntry *struct{ ID string } `json:"piEntry"`
-			}
-			_ = json.Unmarshal(ev.Raw, &v)
-			if v.PiEntry != nil {
-				recorded = append(recorded, v.PiEntry.ID)
-			}
-		}
-		if len(recorded) == 0 {
-			t.Errorf("%s records no pi entry", s.loc.Session)
-			continue
-		}
-		leaf := recorded[len(recorded)-1]
-		path := map[string]bool{}
-		for id := leaf; id != ""; id = parents[id] {
-			path[id] = true
-		}
-		for _, id := range recorded {
-			if !path[id] {
-				t.Errorf("%s holds two branches: entry %s is not on the path to its last entry %s", s.loc.Session, id, leaf)
-				break
-			}
-		}
-		pc := resumeOf(t, e, file, leaf)
-		tr := ref.stored(t, target(pc))
-		if d := sameAsPi(t, tr.Messages, pc, target(pc)); d != "" {
-			t.Errorf("%s's transcript is not pi's resume of %s: %s", s.loc.Session, leaf, d)
-		}
+		checkOnePath(t, e, ref, events, w.Files[w.PiSession(b)])
 	}
 	if len(got) != len(want) || len(branches) != len(want) {
 		t.Errorf("%d Sessions, want one per pi session and branch (%d): %v", len(got), len(want), slices.Sorted(maps.Keys(got)))

@@ -14,6 +14,7 @@ import (
 	"github.com/turnlog/turnlog/agenthost"
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/internal/testutil/pihost"
+	"github.com/turnlog/turnlog/internal/turnlog"
 )
 
 // TestTreeBranchesAreSessions: pi moves in its session tree as /tree does —
@@ -136,43 +137,50 @@ func walkTheTree(t *testing.T, e *env, prov *provider, sessions func() []agentho
 // transcript is pi's resume of the path's last entry.
 func checkBranches(t *testing.T, e *env, storeURL, file string, sessions []agenthost.Location) {
 	t.Helper()
-	parents := treeOf(t, file)
 	if len(sessions) < 2 {
 		t.Fatalf("the tree was recorded into %d Sessions", len(sessions))
 	}
 	for _, loc := range sessions {
 		ref := sessionRef{fileURL: storeURL, loc: loc}
-		log := ref.export(t)
-		var recorded []string
-		for _, ev := range validate(t, log) {
-			var v struct {
-				PiEntry *struct{ ID string } `json:"piEntry"`
-			}
-			_ = json.Unmarshal(ev.Raw, &v)
-			if v.PiEntry != nil {
-				recorded = append(recorded, v.PiEntry.ID)
-			}
+		checkOnePath(t, e, ref, validate(t, ref.export(t)), file)
+	}
+}
+
+// checkOnePath checks one Session recorded from pi session file: the pi
+// entries its log (events) records lie on one path of pi's tree, and its
+// stored transcript is pi's resume of that path's last entry.
+func checkOnePath(t *testing.T, e *env, ref sessionRef, events []turnlog.Event, file string) {
+	t.Helper()
+	parents := treeOf(t, file)
+	var recorded []string
+	for _, ev := range events {
+		var v struct {
+			PiEntry *struct{ ID string } `json:"piEntry"`
 		}
-		if len(recorded) == 0 {
-			t.Errorf("%s records no pi entry", loc.Session)
-			continue
+		_ = json.Unmarshal(ev.Raw, &v)
+		if v.PiEntry != nil {
+			recorded = append(recorded, v.PiEntry.ID)
 		}
-		leaf := recorded[len(recorded)-1]
-		path := map[string]bool{}
-		for id := leaf; id != ""; id = parents[id] {
-			path[id] = true
+	}
+	if len(recorded) == 0 {
+		t.Errorf("%s records no pi entry", ref.loc.Session)
+		return
+	}
+	leaf := recorded[len(recorded)-1]
+	path := map[string]bool{}
+	for id := leaf; id != ""; id = parents[id] {
+		path[id] = true
+	}
+	for _, id := range recorded {
+		if !path[id] {
+			t.Errorf("%s holds two branches: entry %s is not on the path to its last entry %s", ref.loc.Session, id, leaf)
+			break
 		}
-		for _, id := range recorded {
-			if !path[id] {
-				t.Errorf("%s holds two branches: entry %s is not on the path to its last entry %s", loc.Session, id, leaf)
-				break
-			}
-		}
-		pc := resumeOf(t, e, file, leaf)
-		tr := ref.stored(t, target(pc))
-		if d := sameAsPi(t, tr.Messages, pc, target(pc)); d != "" {
-			t.Errorf("%s's transcript is not pi's resume of %s: %s", loc.Session, leaf, d)
-		}
+	}
+	pc := resumeOf(t, e, file, leaf)
+	tr := ref.stored(t, target(pc))
+	if d := sameAsPi(t, tr.Messages, pc, target(pc)); d != "" {
+		t.Errorf("%s's transcript is not pi's resume of %s: %s", ref.loc.Session, leaf, d)
 	}
 }
 
