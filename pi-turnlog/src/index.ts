@@ -321,7 +321,7 @@ export default function (pi: ExtensionAPI) {
 	// behind the opening and recorded once the log is open.
 	pi.on("session_start", async (_event, ctx) => {
 		ctxRef = ctx;
-		if (!copiedFromFile(ctx)) process_[ENV_SESSION_OWNER] ??= idOf(ctx);
+		process_[ENV_SESSION_OWNER] ??= idOf(ctx); // the session pi started with
 		const path = branch(ctx); // what pi resumed with
 		const opening = serial("open the log", () => follow(ctx, path));
 		// A pi session /fork or /clone just made gets its Session before pi
