@@ -90,5 +90,23 @@ var _ = Describe("Refused replay state", Ordered, func() {
 
 		// The source keeps replaying as pi does.
 		Expect(getSession(m.ns, "refused")(Default).Status.Replay.Refused.Dropped).To(BeZero())
+		Expect(getSession(m.ns, "dropping")(Default).Spec.ForkedFrom.SentKeptThrough).To(BeNil(), "its source sent every block")
+	})
+
+	It("tells a fork of a Session that drops refused blocks how far its source's hosts sent them", func() {
+		Expect(k8sClient.Create(ctx, &turnlogv1.SessionFork{
+			ObjectMeta: metav1.ObjectMeta{Namespace: m.ns, Name: "dropping-again"},
+			Spec:       turnlogv1.SessionForkSpec{Source: turnlogv1.SessionReference{Name: "dropping"}, AtSeq: "12"},
+		})).To(Succeed())
+		Eventually(func(g Gomega) {
+			s := getSession(m.ns, "dropping-again")(g)
+			g.Expect(s.Spec.ForkedFrom).NotTo(BeNil())
+			// "dropping" requested nothing itself; what it holds through
+			// seq 12, its own source requested with every block kept.
+			g.Expect(s.Spec.ForkedFrom.SentKeptThrough).To(HaveValue(Equal(int64(12))))
+			g.Expect(s.Status.Replay).NotTo(BeNil())
+			g.Expect(s.Status.Replay.ThroughSeq).To(Equal(int64(12)))
+			g.Expect(s.Status.Replay.Refused).To(Equal(turnlogv1.RefusedCounts{PrefixBindingMismatch: 1, Dropped: 1}))
+		}).Should(Succeed())
 	})
 })

@@ -465,8 +465,9 @@ func workerInvocation(session *turnlogv1.Session, task derived.Task, storeURL st
 	inv := worker.Invocation{Task: task, StoreURL: storeURL, Location: loc, Target: adapterOf(session.Spec.Adapter)}
 	if from := session.Spec.ForkedFrom; from != nil && task == derived.TaskReplay && inv.Target.DropsRefused() {
 		// The responses through the cut were requested by the source's
-		// host, from its transcript (docs/log-format.md).
-		inv.SentKeptThrough = from.CutSeq
+		// host, from its transcript (docs/log-format.md): with every block
+		// kept unless the source itself left refused blocks out.
+		inv.SentKeptThrough = from.KeptThrough()
 	}
 	return inv
 }

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -335,7 +336,7 @@ func (r *SessionForkReconciler) reconcileChild(ctx context.Context, s *forkScope
 			Retention: s.source.Spec.Retention,
 			ForkedFrom: &turnlogv1.ForkOrigin{
 				Session: s.source.Name, UID: string(s.source.UID), Fork: s.fork.Name, ForkUID: string(s.fork.UID),
-				AnchorSeq: s.point.AnchorSeq, CutSeq: s.point.CutSeq,
+				AnchorSeq: s.point.AnchorSeq, CutSeq: s.point.CutSeq, SentKeptThrough: sentKeptThrough(s.source, s.point.CutSeq),
 			},
 		},
 	}
@@ -354,6 +355,22 @@ func (r *SessionForkReconciler) reconcileChild(ctx context.Context, s *forkScope
 	s.child = child
 	s.fork.Status.ChildName = child.Name
 	return nil
+}
+
+// sentKeptThrough is how far a fork's child holds responses its source's
+// hosts requested with every block kept, when that is short of the cut:
+// a source that leaves refused blocks out (a live pi does, for a Session
+// that drops them) requested its own responses without them, so only what
+// its own source kept counts. nil: through the cut.
+func sentKeptThrough(source *turnlogv1.Session, cut int64) *int64 {
+	if source.Spec.Adapter.RefusedBlocks != turnlogv1.RefusedBlocksDrop {
+		return nil
+	}
+	kept := int64(0)
+	if from := source.Spec.ForkedFrom; from != nil {
+		kept = from.KeptThrough()
+	}
+	return ptr.To(min(kept, cut))
 }
 
 // reconcileCopy copies the source's events 0..cut into the child's own

@@ -116,6 +116,25 @@ type ForkOrigin struct {
 	// CutSeq is the seq of the turn/end the child's log ends with.
 	// +kubebuilder:validation:Minimum=0
 	CutSeq int64 `json:"cutSeq"`
+	// SentKeptThrough is the last seq whose responses the source's hosts
+	// requested with every block kept, when that is before the cut: set
+	// when the source leaves refused blocks out (refusedBlocks Drop), to
+	// how far its own source kept them (0: none). Absent, every response
+	// through the cut was requested with every block kept. Replay of a
+	// child that drops refused blocks reads the reports before it with
+	// the layout of those requests.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	SentKeptThrough *int64 `json:"sentKeptThrough,omitempty"`
+}
+
+// KeptThrough is the last seq whose responses were requested with every
+// block kept: SentKeptThrough if set, else the cut.
+func (o *ForkOrigin) KeptThrough() int64 {
+	if o.SentKeptThrough != nil {
+		return *o.SentKeptThrough
+	}
+	return o.CutSeq
 }
 
 // SessionSpec is the desired state of a Session.
