@@ -5,7 +5,14 @@
 // Sessions with real logs, runs the built `turnlog manager` as a process of
 // its own (so /proc gives its memory alone) and reads its metrics endpoint.
 //
-// It is a measurement, not a test of behaviour: `make bench-scale` runs it
-// and docs/benchmarks.md records what it printed. Without -scale.n it does
-// nothing. Apart from this comment the package is tests only.
+// TestFlood measures one namespace's flood against another's appends, and
+// TestTurns what a host waits for on each turn in pod worker mode (append
+// to stored transcript) and the Jobs and Pods the turns create, on the
+// local cluster's process or container node.
+//
+// They are measurements, not tests of behaviour: `make bench-scale`,
+// `make bench-flood` and `make bench-turns` run them and docs/benchmarks.md
+// records what they printed. Without their flags (-scale.n, -flood.rows,
+// -turns.node) they do nothing. Apart from this comment the package is
+// tests only.
 package scale
