@@ -39,12 +39,9 @@ var signedBefore = []string{"sig-1", "sig-2", "sig-3"}
 // request after the compaction, whose response reports the refusals.
 func refusingConversation(t *testing.T, pi *piProc, prov *provider) int {
 	t.Helper()
-	answer := func(sig, text string, refuse ...string) reply {
-		return reply{Blocks: []block{{Kind: "thinking", Text: "Think about: " + text, Sig: sig}, {Kind: "text", Text: text}}, Stop: "end_turn", Refuse: refuse}
-	}
-	prov.Queue(answer("sig-1", "The launch is on Tuesday."))
+	prov.Queue(signedAnswer("sig-1", "The launch is on Tuesday."))
 	pi.Prompt("When is the launch?")
-	prov.Queue(answer("sig-2", "Sunny."))
+	prov.Queue(signedAnswer("sig-2", "Sunny."))
 	pi.Prompt("And the weather?")
 	// Two signed blocks in one answer: the provider refuses the second only.
 	prov.Queue(reply{Blocks: []block{
@@ -66,10 +63,10 @@ func refusingConversation(t *testing.T, pi *piProc, prov *provider) int {
 			{Kind: "text", Text: "Let me check the notes."},
 			{Kind: "tool_use", ID: "toolu_r1", Name: "read", Text: `{"path":"notes.txt"}`},
 		}, Stop: "tool_use", Refuse: signedBefore},
-		answer("sig-5", "At nine.", signedBefore...),
+		signedAnswer("sig-5", "At nine.", signedBefore...),
 	)
 	pi.Prompt("When does it start?")
-	prov.Queue(answer("sig-6", "Two hours.", signedBefore...))
+	prov.Queue(signedAnswer("sig-6", "Two hours.", signedBefore...))
 	pi.Prompt("How long is it?")
 	return first
 }

@@ -29,14 +29,11 @@ func TestRefusedBlocksFromPi(t *testing.T) {
 	ctx := context.Background()
 	tl, prov, e := recordWithTurnlog(t, "chat-refused")
 	pi := e.Start()
-	answer := func(sig, text string, refuse ...string) reply {
-		return reply{Blocks: []block{{Kind: "thinking", Text: "Think about: " + text, Sig: sig}, {Kind: "text", Text: text}}, Stop: "end_turn", Refuse: refuse}
-	}
-	prov.Queue(answer("sig-1", "The launch is on Tuesday."))
+	prov.Queue(signedAnswer("sig-1", "The launch is on Tuesday."))
 	pi.Prompt("When is the launch?")
-	prov.Queue(answer("sig-2", "Sunny."))
+	prov.Queue(signedAnswer("sig-2", "Sunny."))
 	pi.Prompt("And the weather?")
-	prov.Queue(answer("sig-3", "A coat."))
+	prov.Queue(signedAnswer("sig-3", "A coat."))
 	pi.Prompt("What should I bring?")
 	// The compaction summarizes the history and the turn it cuts.
 	prov.Queue(reply{Blocks: []block{{Kind: "text", Text: "The launch is on Tuesday; sunny."}}, Stop: "end_turn"},
@@ -48,9 +45,9 @@ func TestRefusedBlocksFromPi(t *testing.T) {
 
 	// After the compaction the provider refuses the blocks signed before it.
 	before := []string{"sig-1", "sig-2", "sig-3"}
-	prov.Queue(answer("sig-4", "At nine.", before...))
+	prov.Queue(signedAnswer("sig-4", "At nine.", before...))
 	pi.Prompt("When does it start?")
-	prov.Queue(answer("sig-5", "Two hours.", before...))
+	prov.Queue(signedAnswer("sig-5", "Two hours.", before...))
 	pi.Prompt("How long is it?")
 	reqs := prov.Requests()
 	refused := slices.DeleteFunc(signatures(reqs[len(reqs)-2]), func(s string) bool { return !slices.Contains(before, s) })
@@ -90,7 +87,7 @@ func TestRefusedBlocksFromPi(t *testing.T) {
 	}
 
 	pi.Call(map[string]any{"type": "prompt", "message": "/turnlog-open default/chat-refused-dropping"})
-	prov.Queue(answer("sig-6", "Nothing else."))
+	prov.Queue(signedAnswer("sig-6", "Nothing else."))
 	pi.Prompt("Anything else?")
 	reqs = prov.Requests()
 	sent := signatures(reqs[len(reqs)-1])
@@ -167,4 +164,10 @@ func refusedEvents(t *testing.T, tl *turnlogtest.Env, name, done string) []event
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// signedAnswer is a reply with a signed thinking block and text; the
+// provider reports it refused the blocks signed refuse, as Anthropic does.
+func signedAnswer(sig, text string, refuse ...string) reply {
+	return reply{Blocks: []block{{Kind: "thinking", Text: "Think about: " + text, Sig: sig}, {Kind: "text", Text: text}}, Stop: "end_turn", Refuse: refuse}
 }
