@@ -221,7 +221,7 @@ bench-flood: control-plane ## Measure one namespace's flood against another's ap
 # does, outside go test's -timeout; results are appended to TURNS_OUT.
 TURNS_NODE ?= process
 TURNS ?= 10
-TURNS_WORKERS ?= jobs
+TURNS_WORKERS ?= jobs,pool
 TURNS_BUILD_DIR ?= $(BIN_DIR)/turns
 TURNS_OUT ?= $(CURDIR)/bin/turns.jsonl
 .PHONY: bench-turns

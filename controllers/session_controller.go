@@ -372,6 +372,7 @@ func (r *SessionReconciler) reconcileWork(ctx context.Context, s *sessionScope) 
 		if st.Worker == nil || st.Worker.Name != run.Name {
 			st.Worker = &turnlogv1.WorkerRun{Task: string(run.Task), Name: run.Name}
 		}
+		st.Worker.Pod = out.Pod
 		switch w := st.Worker; {
 		case out.Failed && w.FailedAttempt != out.Attempt:
 			r.countFailure(s, run, w, out)
@@ -385,10 +386,21 @@ func (r *SessionReconciler) reconcileWork(ctx context.Context, s *sessionScope) 
 			s.result.RequeueAfter = time.Second
 			return nil
 		}
-		s.ready = &condition{turnlogv1.ReasonWorkPending, fmt.Sprintf("%s run %s is running", run.Task, run.Name)}
+		s.ready = &condition{turnlogv1.ReasonWorkPending, running(run, out)}
 		return nil
 	}
 	return nil
+}
+
+// running says where a run that has not finished is.
+func running(run WorkerRun, out WorkerOutcome) string {
+	switch {
+	case out.Waiting:
+		return fmt.Sprintf("%s run %s waits for a worker pod of namespace %s", run.Task, run.Name, run.Session.Namespace)
+	case out.Pod != "":
+		return fmt.Sprintf("%s run %s is running on worker pod %s", run.Task, run.Name, out.Pod)
+	}
+	return fmt.Sprintf("%s run %s is running", run.Task, run.Name)
 }
 
 // countFailure records a failed attempt of run in w (status.worker), and

@@ -13,6 +13,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 )
@@ -24,15 +25,20 @@ const (
 	// WorkerModeLocal runs the worker inside the manager, for machines
 	// without a kubelet.
 	WorkerModeLocal = "local"
+	// WorkerModePool hands runs to worker pods that stay while their
+	// namespace is busy (PoolWorkers).
+	WorkerModePool = "pool"
 )
 
 // Config configures the turnlog controllers.
 type Config struct {
 	Stores Stores
-	// WorkerMode is WorkerModePod or WorkerModeLocal.
+	// WorkerMode is WorkerModePod, WorkerModePool or WorkerModeLocal.
 	WorkerMode string
 	// Jobs configures worker Jobs in pod mode.
 	Jobs JobSettings
+	// Pool configures worker pods in pool mode.
+	Pool PoolSettings
 	// PollInterval bounds how long an append made without a nudge goes
 	// unnoticed in a Session that is busy; MaxPollInterval (if longer) in
 	// one whose log has been quiet that long.
@@ -169,8 +175,23 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 		sessions.Workers = &JobWorkers{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Settings: cfg.Jobs,
 			NamespaceRuns: limits.NamespaceWorkerRuns, line: jobLine{wake: wakeSession}}
 		sessions.PodWorkers = true
+	case WorkerModePool:
+		pool, err := newPoolWorkers(mgr.GetClient(), mgr.GetAPIReader(), cfg.Pool, limits.NamespaceWorkerRuns, func(k types.NamespacedName) {
+			// A finished run's wake-up is how its Session learns of it:
+			// never dropped, unlike a slot's.
+			go func() {
+				sessions.wakeups <- event.GenericEvent{Object: &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name}}}
+			}()
+		})
+		if err != nil {
+			return err
+		}
+		if err := mgr.Add(pool); err != nil {
+			return err
+		}
+		sessions.Workers = pool
 	default:
-		return fmt.Errorf("unknown worker mode %q (want %s or %s)", cfg.WorkerMode, WorkerModePod, WorkerModeLocal)
+		return fmt.Errorf("unknown worker mode %q (want %s, %s or %s)", cfg.WorkerMode, WorkerModePod, WorkerModePool, WorkerModeLocal)
 	}
 	if err := sessions.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the Session controller: %w", err)

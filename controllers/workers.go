@@ -47,10 +47,15 @@ type WorkerOutcome struct {
 	// set, is when to look again instead of slotRetry.
 	Queued     bool
 	RetryAfter time.Duration
+	// Waiting: the run waits for a worker pod of its namespace (pool
+	// mode); Pod is the pod that holds or finished it.
+	Waiting bool
+	Pod     string
 }
 
-// Workers runs worker tasks: in-process (LocalWorkers) or as Jobs
-// (JobWorkers).
+// Workers runs worker tasks: in-process (LocalWorkers), as Jobs
+// (JobWorkers) or on worker pods that stay while a namespace is busy
+// (PoolWorkers).
 type Workers interface {
 	// Run starts the run or reports on it; it may return before the run is
 	// done, and is called again on the next reconcile.

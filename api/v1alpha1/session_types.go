@@ -316,9 +316,14 @@ type WorkerRun struct {
 	// Task is assemble or replay.
 	// +kubebuilder:validation:Enum=assemble;replay
 	Task string `json:"task"`
-	// Name of the run; in pod worker mode, the name of its Job.
+	// Name of the run; in job worker mode, the name of its Job.
 	// +kubebuilder:validation:MaxLength=63
 	Name string `json:"name"`
+	// Pod is the worker pod doing the run (pool worker mode), once it has
+	// run for a second.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Pod string `json:"pod,omitempty"`
 	// Failures counts the failed attempts of this run so far.
 	// +optional
 	Failures int32 `json:"failures,omitempty"`

@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"os"
 	"runtime/debug"
 	"strings"
@@ -17,6 +20,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/util/cert"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
@@ -62,7 +66,13 @@ func runManager(ctx context.Context, args []string, _ io.Reader, _, stderr io.Wr
 	if err != nil {
 		return fail(stderr, "manager", err)
 	}
-	if err := controllers.Setup(ctx, mgr, f.controllersConfig(stores, resources)); err != nil {
+	cfg := f.controllersConfig(stores, resources)
+	if f.workerMode == controllers.WorkerModePool {
+		if cfg.Pool, err = f.poolSettings(resources); err != nil {
+			return fail(stderr, "manager", err)
+		}
+	}
+	if err := controllers.Setup(ctx, mgr, cfg); err != nil {
 		return fail(stderr, "manager", err)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -94,6 +104,9 @@ type managerFlags struct {
 	workerMemory                      string
 	workerMaxFailures, workerBackoff  int
 	workerDeadline, workerTTL         time.Duration
+	workerEndpoint, workerListen      string
+	workerPodRuns                     int
+	workerIdle                        time.Duration
 	limits                            controllers.Limits
 }
 
@@ -124,7 +137,7 @@ func (f *managerFlags) bind(fs *flag.FlagSet) {
 	fs.DurationVar(&f.orphanSweep, "orphan-sweep-interval", controllers.DefaultOrphanSweepInterval, "how often recorded orphaned logs are deleted again")
 	fs.DurationVar(&f.pollInterval, "poll-interval", time.Minute, "how often a busy Session's log is looked at without a nudge")
 	fs.DurationVar(&f.maxPollInterval, "max-poll-interval", time.Hour, "how seldom a Session whose log has been quiet at least this long is looked at without a nudge")
-	fs.StringVar(&f.workerMode, "worker-mode", controllers.WorkerModePod, "where assembly and replay run: pod (a Job per run) or local (inside the manager)")
+	fs.StringVar(&f.workerMode, "worker-mode", controllers.WorkerModePod, "where assembly and replay run: pod (a Job per run), pool (worker pods that stay while their namespace is busy) or local (inside the manager)")
 	fs.StringVar(&f.workerImage, "worker-image", "", "image of worker pods; its entrypoint is the turnlog binary")
 	fs.StringVar(&f.workerSA, "worker-service-account", "", "service account of worker pods (its token is never mounted); empty: the namespace's default")
 	fs.StringVar(&f.workerSecret, "worker-credentials-secret", "", "Secret in each Session's namespace whose keys become the worker's environment (store credentials)")
@@ -135,6 +148,10 @@ func (f *managerFlags) bind(fs *flag.FlagSet) {
 	fs.IntVar(&f.workerBackoff, "worker-backoff-limit", 3, "pod retries of a worker Job before it fails")
 	fs.DurationVar(&f.workerDeadline, "worker-active-deadline", 15*time.Minute, "longest a worker Job may run, retries included")
 	fs.DurationVar(&f.workerTTL, "worker-ttl-after-finished", time.Hour, "how long finished worker Jobs are kept")
+	fs.StringVar(&f.workerEndpoint, "worker-endpoint", "", "URL worker pods dial for runs (--worker-mode=pool), https://HOST:PORT; default: https://$POD_IP and the port of --worker-listen")
+	fs.StringVar(&f.workerListen, "worker-listen", ":9444", "address the manager serves worker pods on (--worker-mode=pool)")
+	fs.IntVar(&f.workerPodRuns, "worker-pod-runs", controllers.DefaultWorkerPodRuns, "runs one worker pod works on at once (--worker-mode=pool)")
+	fs.DurationVar(&f.workerIdle, "worker-idle-timeout", controllers.DefaultWorkerIdleTimeout, "how long a namespace keeps its worker pods with nothing to do (--worker-mode=pool)")
 	l := &f.limits
 	fs.IntVar(&l.ConcurrentReconciles, "concurrent-reconciles", controllers.DefaultConcurrentReconciles, "reconciles each controller (Sessions, SessionForks) runs at once")
 	fs.IntVar(&l.NamespaceConcurrentReconciles, "namespace-concurrent-reconciles", controllers.DefaultNamespaceConcurrentReconciles, "of those, how many one namespace's objects may hold, so that other namespaces always find one free")
@@ -161,6 +178,10 @@ func (f *managerFlags) check() (corev1.ResourceRequirements, error) {
 		return resources, fmt.Errorf("--deletion-timeout %s: must be positive", f.deletionTimeout)
 	case f.reconcileDeadline <= 0:
 		return resources, fmt.Errorf("--reconcile-deadline %s: must be positive", f.reconcileDeadline)
+	case f.workerPodRuns < 1:
+		return resources, fmt.Errorf("--worker-pod-runs %d: must be at least 1", f.workerPodRuns)
+	case f.workerIdle <= 0:
+		return resources, fmt.Errorf("--worker-idle-timeout %s: must be positive", f.workerIdle)
 	}
 	return resources, checkLimits(f.limits)
 }
@@ -224,6 +245,47 @@ func (f *managerFlags) controllersConfig(stores controllers.Stores, resources co
 			TTLSecondsAfterFinished: int32(f.workerTTL.Seconds()),
 		},
 	}
+}
+
+// poolSettings are the worker pods' settings in pool mode, with the
+// endpoint's certificate and the tokens' key made for this run of the
+// manager: nothing to store or rotate, and a restarted manager replaces
+// the pods told the old ones.
+func (f *managerFlags) poolSettings(resources corev1.ResourceRequirements) (controllers.PoolSettings, error) {
+	endpoint := f.workerEndpoint
+	if endpoint == "" {
+		_, port, err := net.SplitHostPort(f.workerListen)
+		podIP := os.Getenv("POD_IP")
+		if err != nil || podIP == "" {
+			return controllers.PoolSettings{}, fmt.Errorf("--worker-mode=pool: set --worker-endpoint (the URL worker pods dial), or POD_IP and a --worker-listen with a port")
+		}
+		endpoint = "https://" + net.JoinHostPort(podIP, port)
+	}
+	u, err := url.Parse(endpoint)
+	if err != nil || u.Scheme != "https" || u.Hostname() == "" {
+		return controllers.PoolSettings{}, fmt.Errorf("--worker-endpoint %q: want https://HOST:PORT", endpoint)
+	}
+	host := u.Hostname()
+	var ips []net.IP
+	var names []string
+	if ip := net.ParseIP(host); ip != nil {
+		ips = append(ips, ip)
+	} else {
+		names = append(names, host)
+	}
+	certPEM, keyPEM, err := cert.GenerateSelfSignedCertKey(host, ips, names)
+	if err != nil {
+		return controllers.PoolSettings{}, fmt.Errorf("making the worker endpoint's certificate: %w", err)
+	}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return controllers.PoolSettings{}, err
+	}
+	return controllers.PoolSettings{
+		Image: f.workerImage, ServiceAccount: f.workerSA, CredentialsSecret: f.workerSecret, Resources: resources,
+		Endpoint: endpoint, Listen: f.workerListen, CertPEM: certPEM, KeyPEM: keyPEM, Key: key,
+		RunsPerPod: f.workerPodRuns, IdleTimeout: f.workerIdle, MaxRunTime: f.workerDeadline,
+	}, nil
 }
 
 // shutdownGrace is how long the manager waits for its reconciles after

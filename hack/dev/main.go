@@ -1,8 +1,8 @@
 // Command dev runs turnlog on a laptop without a cluster or a container
 // runtime: a local cluster (etcd, kube-apiserver, kube-controller-manager,
 // kube-scheduler and a node whose pods are local processes), a file:// object
-// store, and `turnlog manager` in pod worker mode, so assembly and replay run
-// as real Jobs. It imports a sample session and prints the commands to try
+// store, and `turnlog manager` in pool worker mode, so assembly and replay run
+// in real worker pods that stay while the namespace is busy. It imports a sample session and prints the commands to try
 // next. State lives under --state-dir and survives a restart; Ctrl-C stops
 // everything.
 package main
@@ -12,6 +12,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -112,13 +113,13 @@ func run(ctx context.Context) error {
 
 	kubectlDir := filepath.Dir(cluster.KubectlPath)
 	fmt.Printf(`
-turnlog dev is running: manager in pod worker mode, store %s,
+turnlog dev is running: manager in pool worker mode, store %s,
 manager log %s. In another shell:
 
   export KUBECONFIG=%s
   export PATH=%s:%s:$PATH
   kubectl get sessions
-  kubectl get pods -w                      # worker pods: Running, then Completed
+  kubectl get pods -w                      # worker pods: there while the namespace is busy, gone 2m after
   kubectl apply -f config/samples/turnlog_v1alpha1_sessionfork.yaml
   kubectl get sessionforks,sessions
   kubectl get events --field-selector reason=ReplayDegraded
@@ -145,10 +146,20 @@ func startManager(bin, kubeconfig, storeURL, logPath string) (*exec.Cmd, error) 
 	if err != nil {
 		return nil, err
 	}
+	// Worker pods are processes on this machine: they dial the manager on
+	// the loopback address.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	workerAddr := l.Addr().String()
+	l.Close()
 	cmd := exec.Command(bin, "manager",
 		"--store-url="+storeURL,
-		"--worker-mode=pod",
+		"--worker-mode=pool",
 		"--worker-image="+workerImage,
+		"--worker-listen="+workerAddr,
+		"--worker-endpoint=https://"+workerAddr,
 		"--poll-interval=30s",
 		"--metrics-bind-address=0",
 		"--health-probe-bind-address=0",
@@ -156,10 +167,8 @@ func startManager(bin, kubeconfig, storeURL, logPath string) (*exec.Cmd, error) 
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
-		logFile.Close()
 		return nil, fmt.Errorf("starting the manager: %w", err)
 	}
-	logFile.Close() // the child holds its own descriptor
 	return cmd, nil
 }
 

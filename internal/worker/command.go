@@ -167,10 +167,13 @@ func Execute(ctx context.Context, inv Invocation, open Opener) (derived.Summary,
 }
 
 // Command is `turnlog worker assemble|replay [flags]`, the entrypoint of a
-// worker pod: it runs the task over the Session's log, prints the Summary
+// worker Job's pod (and `turnlog worker serve`, a pool worker pod's: Serve): it runs the task over the Session's log, prints the Summary
 // as JSON, and leaves it (or the failure) in the termination message file.
 // It returns the process exit code: 0 success, 1 failure, 2 usage.
 func Command(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "serve" {
+		return Serve(ctx, args[1:], stderr)
+	}
 	inv, err := ParseArgs(args, stderr)
 	if err == flag.ErrHelp {
 		return 0

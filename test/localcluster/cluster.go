@@ -61,22 +61,23 @@ const (
 	ContainerNode NodeKind = "container"
 )
 
-// containerNodeControllers are what a deployed manager needs besides: its
-// Deployment's ReplicaSet and pod, and, for its service-account token, a
-// default ServiceAccount and the kube-root-ca.crt ConfigMap in every
-// namespace.
+// containerNodeControllers are what a deployed manager needs besides: for
+// its service-account token, a default ServiceAccount and the
+// kube-root-ca.crt ConfigMap in every namespace.
 var containerNodeControllers = []string{
-	"deployment-controller",
-	"replicaset-controller",
 	"serviceaccount-controller",
 	"root-ca-certificate-publisher-controller",
 }
 
 // controllers are the kube-controller-manager controllers the cluster runs:
-// Jobs and their pods, cleanup of finished Jobs, owner-reference garbage
-// collection, terminated-pod cleanup, and namespace deletion.
+// Jobs and their pods, Deployments and their ReplicaSets' pods (worker
+// pods in pool mode, a deployed manager), cleanup of finished Jobs,
+// owner-reference garbage collection, terminated-pod cleanup, and
+// namespace deletion.
 var controllers = []string{
 	"job-controller",
+	"deployment-controller",
+	"replicaset-controller",
 	"ttl-after-finished-controller",
 	"garbage-collector-controller",
 	"pod-garbage-collector-controller",

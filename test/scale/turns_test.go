@@ -6,11 +6,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -41,7 +43,7 @@ import (
 var (
 	flagTurnsNode    = flag.String("turns.node", "", "the local cluster's node: process (pods as local processes, as `make dev`) or container (kubelet and containerd, as the e2e suite; root); empty: measure nothing")
 	flagTurnsN       = flag.Int("turns.n", 10, "turns the host appends, one after another, each waited for")
-	flagTurnsWorkers = flag.String("turns.workers", "jobs", "how the manager runs assembly and replay: jobs (a batch/v1 Job per run, today's pod worker mode)")
+	flagTurnsWorkers = flag.String("turns.workers", "jobs", "how the manager runs assembly and replay, one or both in one run: jobs (a batch/v1 Job per run, --worker-mode=pod), pool (worker pods that stay while the namespace is busy, --worker-mode=pool), jobs,pool")
 	flagTurnsOut     = flag.String("turns.out", "", "append the result as a JSON line to this file")
 	flagTurnsBuild   = flag.String("turns.build-dir", "", "where `make e2e-build` (hack/e2ebuild) put turnlog and, for the container node, the worker images; empty: build them here")
 	flagTurnsTimeout = flag.Duration("turns.timeout", 5*time.Minute, "longest wait for one turn's transcript")
@@ -49,9 +51,9 @@ var (
 	flagTurnsArgs    = flag.String("turns.manager-args", "--poll-interval=30s", "extra flags for `turnlog manager`, space-separated (the default is make dev's)")
 )
 
-// turnsNamespace holds the measured Session and its worker pods, and
-// nothing else, so every Job and Pod created in it is the Session's.
-const turnsNamespace = "turns"
+// Each worker mode measured works in its own namespace, turns-MODE, which
+// holds the measured Session and its worker pods and nothing else, so every
+// Job and Pod created in it is the Session's.
 
 // turnsModel is the adapter the Session is replayed for, as examples/host.
 var turnsModel = agenthost.Adapter{Kind: "pi-ai", API: "anthropic-messages", Provider: "anthropic", Model: "claude-sonnet-4-5"}
@@ -98,42 +100,81 @@ func TestTurns(t *testing.T) {
 	if *flagTurnsN < 1 {
 		t.Fatalf("-turns.n=%d: want at least one turn", *flagTurnsN)
 	}
-	// The workers flag picks the manager's worker mode. Only Jobs per run
-	// exist today; a long-lived worker mode is one more case here, so that
-	// both are measured by the same host on the same cluster.
-	var workerArgs []string
-	switch *flagTurnsWorkers {
-	case "jobs":
-		workerArgs = []string{"--worker-mode=pod", "--worker-image=" + e2ebuild.WorkerImage}
-	default:
-		t.Fatalf("-turns.workers=%q: want jobs", *flagTurnsWorkers)
+	// The workers flag lists the manager's worker modes to measure, one
+	// after another on the same cluster, each in a namespace of its own,
+	// so that the old way and the new are measured by the same host in
+	// one run.
+	modes := strings.Split(*flagTurnsWorkers, ",")
+	for _, mode := range modes {
+		if mode != "jobs" && mode != "pool" {
+			t.Fatalf("-turns.workers=%q: want jobs, pool or both (jobs,pool)", *flagTurnsWorkers)
+		}
 	}
 	// The cluster's own client logs go to its components' log files.
 	logf.SetLogger(zap.New(zap.WriteTo(io.Discard)))
-	ctx := t.Context()
 	tl := startTurnsCluster(t, *flagTurnsNode)
+	var results []TurnsResult
+	for _, mode := range modes {
+		results = append(results, measureTurns(t, tl, mode))
+	}
+	for _, res := range results {
+		t.Log("\n" + turnsTable(res))
+	}
+	if *flagTurnsOut != "" {
+		f, err := os.OpenFile(*flagTurnsOut, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		for _, res := range results {
+			line, _ := json.Marshal(res)
+			fmt.Fprintf(f, "%s\n", line)
+		}
+	}
+}
 
-	args := append(slices.Clone(workerArgs), strings.Fields(*flagTurnsArgs)...)
+// measureTurns runs the host's turns against a manager in worker mode
+// (jobs or pool) in a namespace of its own, and stops the manager.
+func measureTurns(t *testing.T, tl *turnsCluster, mode string) TurnsResult {
+	ctx := t.Context()
+	namespace := "turns-" + mode
+	tl.namespace(namespace)
+	args := []string{"--worker-image=" + e2ebuild.WorkerImage}
+	switch mode {
+	case "jobs":
+		args = append(args, "--worker-mode=pod")
+	case "pool":
+		// Worker pods dial the manager on the host's address on the pod
+		// network (the container node), or on the loopback (the process
+		// node's pods are local processes).
+		host := "127.0.0.1"
+		if tl.cluster.NodeIP != "" && *flagTurnsNode == "container" {
+			host = tl.cluster.NodeIP
+		}
+		addr := net.JoinHostPort(host, strconv.Itoa(freePort(t)))
+		args = append(args, "--worker-mode=pool", "--worker-listen="+addr, "--worker-endpoint=https://"+addr)
+	}
+	args = append(args, strings.Fields(*flagTurnsArgs)...)
 	if tl.credentialsSecret != "" {
 		args = append(args, "--worker-credentials-secret="+tl.credentialsSecret)
 	}
-	m := tl.startManager(args)
+	m := tl.startManager(mode, args)
 
-	created := watchCreated(t, tl.clientset, turnsNamespace)
+	created := watchCreated(t, tl.clientset, namespace)
 
 	st, err := agenthost.OpenStore(ctx, tl.storeURL, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	log, err := st.CreateSession(ctx, tl.kube, turnsNamespace, "chat", turnsModel)
+	log, err := st.CreateSession(ctx, tl.kube, namespace, "chat", turnsModel)
 	if err != nil {
 		t.Fatal(err)
 	}
 	a := log.Appender(agenthost.AppenderOptions{})
 	res := TurnsResult{
 		Date: time.Now().UTC().Format(time.DateOnly), CPUs: runtime.NumCPU(),
-		Node: *flagTurnsNode, Workers: *flagTurnsWorkers, ManagerArgs: strings.Join(args, " "), Turns: *flagTurnsN,
+		Node: *flagTurnsNode, Workers: mode, ManagerArgs: strings.Join(args, " "), Turns: *flagTurnsN,
 	}
 	for i := range *flagTurnsN {
 		turn := int64(i + 1)
@@ -189,7 +230,7 @@ func TestTurns(t *testing.T) {
 	// Work the manager does after the transcript (status, a last run) is
 	// still the turn's: wait until status says the Session is Current
 	// through its head, and a little longer, before counting.
-	tl.waitCurrentThroughHead(log)
+	tl.waitCurrentThroughHead(namespace, log)
 	time.Sleep(*flagTurnsSettle)
 	res.JobsPerTurnCreated, res.PodsPerTurnCreated = created.perTurn(*flagTurnsN)
 	for i := range *flagTurnsN {
@@ -205,18 +246,9 @@ func TestTurns(t *testing.T) {
 	res.MaxSeconds = sorted[len(sorted)-1]
 	_, res.ManagerPeakRSSMiB = m.rss()
 	m.stop()
-
-	t.Log("\n" + turnsTable(res))
 	line, _ := json.Marshal(res)
 	t.Logf("result: %s", line)
-	if *flagTurnsOut != "" {
-		f, err := os.OpenFile(*flagTurnsOut, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		fmt.Fprintf(f, "%s\n", line)
-	}
+	return res
 }
 
 // median of sorted values; the mean of the middle two for an even count.
@@ -255,10 +287,30 @@ type turnsCluster struct {
 	clientset kubernetes.Interface
 	turnlog   string
 	storeURL  string
-	// credentialsSecret names the Secret in turnsNamespace worker pods
+	// credentialsSecret names the Secret in each run's namespace worker pods
 	// read the store's keys from; empty when the store needs none.
 	credentialsSecret string
+	credentials       map[string]string
 	dir               string
+}
+
+// namespace creates the namespace a run works in, with the store's keys
+// for its worker pods.
+func (tl *turnsCluster) namespace(name string) {
+	tl.create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	if tl.credentialsSecret != "" {
+		tl.create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: tl.credentialsSecret, Namespace: name}, StringData: tl.credentials})
+	}
+}
+
+// freePort is a TCP port free on this machine now.
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }
 
 // startTurnsCluster starts the local cluster as `make dev` does (process
@@ -326,7 +378,6 @@ func startTurnsCluster(t *testing.T, node string) *turnsCluster {
 	if tl.clientset, err = kubernetes.NewForConfig(tl.cluster.RESTConfig); err != nil {
 		t.Fatal(err)
 	}
-	tl.create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: turnsNamespace}})
 
 	if withImages {
 		gw := versitygw.StartOn(t, tl.cluster.NodeIP)
@@ -336,8 +387,7 @@ func startTurnsCluster(t *testing.T, node string) *turnsCluster {
 		t.Setenv("AWS_ACCESS_KEY_ID", gw.AccessKey)
 		t.Setenv("AWS_SECRET_ACCESS_KEY", gw.SecretKey)
 		tl.credentialsSecret = "turnlog-store-credentials"
-		tl.create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: tl.credentialsSecret, Namespace: turnsNamespace},
-			StringData: map[string]string{"AWS_ACCESS_KEY_ID": gw.AccessKey, "AWS_SECRET_ACCESS_KEY": gw.SecretKey}})
+		tl.credentials = map[string]string{"AWS_ACCESS_KEY_ID": gw.AccessKey, "AWS_SECRET_ACCESS_KEY": gw.SecretKey}
 	} else {
 		storeDir := filepath.Join(tl.dir, "store")
 		if err := os.MkdirAll(storeDir, 0o755); err != nil {
@@ -358,10 +408,10 @@ func (tl *turnsCluster) create(obj client.Object) {
 // startManager runs the built `turnlog manager` against the cluster and
 // store with args, its log in the test's directory (printed if the test
 // fails).
-func (tl *turnsCluster) startManager(args []string) *managerProc {
+func (tl *turnsCluster) startManager(name string, args []string) *managerProc {
 	t := tl.t
 	t.Helper()
-	logPath := filepath.Join(tl.dir, "manager.log")
+	logPath := filepath.Join(tl.dir, "manager-"+name+".log")
 	out, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
@@ -394,14 +444,14 @@ func (tl *turnsCluster) startManager(args []string) *managerProc {
 
 // waitCurrentThroughHead waits until the Session's status is Ready,
 // Current and replayed through the log's head.
-func (tl *turnsCluster) waitCurrentThroughHead(log *agenthost.Log) {
+func (tl *turnsCluster) waitCurrentThroughHead(namespace string, log *agenthost.Log) {
 	t := tl.t
 	t.Helper()
 	head, err := log.Head(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := client.ObjectKey{Namespace: turnsNamespace, Name: log.Location().Session}
+	key := client.ObjectKey{Namespace: namespace, Name: log.Location().Session}
 	deadline := time.Now().Add(*flagTurnsTimeout)
 	for {
 		s := &turnlogv1.Session{}

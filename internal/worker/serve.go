@@ -1,0 +1,146 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/turnlog/turnlog/internal/derived"
+	"github.com/turnlog/turnlog/internal/sessionlog"
+	"github.com/turnlog/turnlog/internal/store"
+	"github.com/turnlog/turnlog/internal/workerpool"
+)
+
+// Environment of a pool worker pod: what the manager's Deployment gives it.
+const (
+	// EnvToken holds the namespace's token (from the Secret turnlog-worker).
+	EnvToken = "TURNLOG_WORKER_TOKEN"
+	// EnvCA holds the PEM certificate the manager's endpoint presents.
+	EnvCA = "TURNLOG_WORKER_CA"
+	// EnvPod is the pod's own name, for status.worker.pod.
+	EnvPod = "POD_NAME"
+)
+
+// Serve is `turnlog worker serve`, the entrypoint of a pool worker pod: it
+// takes its namespace's runs from the manager (workerpool) and does each
+// as `turnlog worker assemble|replay` would, until it is stopped. It
+// returns the process exit code: 0 stopped, 1 refused by the manager, 2
+// usage.
+func Serve(ctx context.Context, args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("worker serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	endpoint := fs.String("endpoint", "", "the manager's worker endpoint, https://HOST:PORT")
+	namespace := fs.String("namespace", "", "the namespace whose runs this pod takes")
+	runs := fs.Int("runs", 1, "runs this pod works on at once")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: turnlog worker serve --endpoint URL --namespace NS [--runs N]\n(%s and %s from the environment)\n", EnvToken, EnvCA)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		return 2
+	}
+	token, ca, pod := os.Getenv(EnvToken), os.Getenv(EnvCA), os.Getenv(EnvPod)
+	switch {
+	case fs.NArg() > 0 || *endpoint == "" || *namespace == "":
+		fmt.Fprintln(stderr, "turnlog worker serve: --endpoint and --namespace are required, and nothing else")
+		return 2
+	case token == "" || ca == "":
+		fmt.Fprintf(stderr, "turnlog worker serve: %s and %s must be set (the manager's Secret turnlog-worker)\n", EnvToken, EnvCA)
+		return 2
+	case *runs < 1:
+		fmt.Fprintf(stderr, "turnlog worker serve: --runs %d: must be at least 1\n", *runs)
+		return 2
+	}
+	if pod == "" {
+		pod, _ = os.Hostname()
+	}
+	client, err := workerpool.NewClient(*endpoint, *namespace, pod, token, []byte(ca))
+	if err != nil {
+		fmt.Fprintf(stderr, "turnlog worker serve: %v\n", err)
+		return 2
+	}
+	stores := &openStores{}
+	defer stores.close()
+	logf := func(format string, a ...any) {
+		fmt.Fprintf(stderr, "%s turnlog worker: %s\n", time.Now().UTC().Format(time.RFC3339), fmt.Sprintf(format, a...))
+	}
+	logf("taking namespace %s's runs from %s as pod %s, %d at a time", *namespace, *endpoint, pod, *runs)
+	err = workerpool.Serve(ctx, client, workerpool.ServeOptions{
+		Runs: *runs, Logf: logf,
+		Execute: func(ctx context.Context, args []string) (string, error) {
+			return executeArgs(ctx, args, *namespace, stores.open)
+		},
+	})
+	if errors.Is(err, workerpool.ErrUnauthorized) {
+		fmt.Fprintf(stderr, "turnlog worker serve: %v: the manager restarted with new credentials; this pod is replaced by one that holds them\n", err)
+		return 1
+	}
+	return 0
+}
+
+// executeArgs runs one worker command line a pool pod was handed, for
+// namespace only: the summary as a Job's termination message holds it,
+// or the failure in the words a Job's would.
+func executeArgs(ctx context.Context, args []string, namespace string, open Opener) (string, error) {
+	var usage strings.Builder
+	if len(args) == 0 || args[0] != "worker" {
+		return "", fmt.Errorf("not a worker command line: %q", args)
+	}
+	inv, err := ParseArgs(args[1:], &usage)
+	if err != nil {
+		return "", fmt.Errorf("worker command line %q: %s", args, strings.TrimSpace(usage.String()))
+	}
+	if inv.Location.Namespace != namespace {
+		return "", fmt.Errorf("a run of namespace %s handed to a worker of namespace %s", inv.Location.Namespace, namespace)
+	}
+	sum, err := Execute(ctx, inv, open)
+	if err != nil {
+		return "", fmt.Errorf("%s %s: %v", inv.Task, inv.Location, err)
+	}
+	return string(terminationSummary(sum)), nil
+}
+
+// openStores keeps each store a pod opens for the pod's life: a run is
+// milliseconds of work, opening a store client several times that.
+type openStores struct {
+	mu      sync.Mutex
+	buckets map[string]store.Bucket
+}
+
+func (s *openStores) open(ctx context.Context, url string, loc sessionlog.Location) (derived.Log, func() error, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.buckets[url]
+	if b == nil {
+		var err error
+		if b, err = store.Open(ctx, url, nil); err != nil {
+			return nil, nil, err
+		}
+		if s.buckets == nil {
+			s.buckets = map[string]store.Bucket{}
+		}
+		s.buckets[url] = b
+	}
+	log, err := sessionlog.New(b).Log(loc)
+	if err != nil {
+		return nil, nil, err
+	}
+	return derived.StoreLog{Log: log}, func() error { return nil }, nil
+}
+
+func (s *openStores) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, b := range s.buckets {
+		_ = b.Close()
+	}
+}
