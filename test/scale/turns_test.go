@@ -84,6 +84,10 @@ type TurnsResult struct {
 	JobsAfterFirstTurn int     `json:"jobsCreatedAfterFirstTurn"`
 	PodsAfterFirstTurn int     `json:"podsCreatedAfterFirstTurn"`
 	ManagerPeakRSSMiB  float64 `json:"managerPeakRssMiB"`
+	// WorkerPeakRSSMiB is the peak RSS of the worker pods' processes that
+	// ran `turnlog worker serve` for this manager (pool mode; 0 with Jobs,
+	// whose workers live for milliseconds).
+	WorkerPeakRSSMiB float64 `json:"workerPeakRssMiB,omitempty"`
 }
 
 // TestTurns measures what a stateless agent host waits for on every turn:
@@ -245,10 +249,48 @@ func measureTurns(t *testing.T, tl *turnsCluster, mode string) TurnsResult {
 	res.MedianSeconds = median(sorted)
 	res.MaxSeconds = sorted[len(sorted)-1]
 	_, res.ManagerPeakRSSMiB = m.rss()
+	if mode == "pool" {
+		res.WorkerPeakRSSMiB = workerPeakRSS(t, args)
+	}
 	m.stop()
 	line, _ := json.Marshal(res)
 	t.Logf("result: %s", line)
 	return res
+}
+
+// workerPeakRSS is the largest peak RSS of the processes on this machine
+// running `turnlog worker serve` against the endpoint in the manager's
+// args: the pool's pods, whether local processes (process node) or
+// containers (the container node's runc processes are this machine's).
+func workerPeakRSS(t *testing.T, managerArgs []string) float64 {
+	var endpoint string
+	for _, a := range managerArgs {
+		if v, ok := strings.CutPrefix(a, "--worker-endpoint="); ok {
+			endpoint = v
+		}
+	}
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	var peak float64
+	for _, dir := range dirs {
+		cmdline, err := os.ReadFile(filepath.Join(dir, "cmdline"))
+		if err != nil || !strings.Contains(string(cmdline), "worker\x00serve\x00--endpoint="+endpoint+"\x00") {
+			continue
+		}
+		status, err := os.ReadFile(filepath.Join(dir, "status"))
+		if err != nil {
+			continue
+		}
+		for line := range strings.Lines(string(status)) {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
+				kb, _ := strconv.ParseFloat(f[1], 64)
+				peak = max(peak, kb/1024)
+			}
+		}
+	}
+	if peak == 0 {
+		t.Logf("no worker serve process for %s found on this machine", endpoint)
+	}
+	return peak
 }
 
 // median of sorted values; the mean of the middle two for an even count.
@@ -271,10 +313,10 @@ func turnsTable(res TurnsResult) string {
 	}
 	w.Flush()
 	fmt.Fprintf(&b, "node %s, workers %s, %d turns on %d CPUs: append -> transcript median %.2f s, max %.2f s; "+
-		"%d Jobs and %d Pods created (%.1f and %.1f per turn; %d and %d from the second turn on); manager peak RSS %.0f MiB\n",
+		"%d Jobs and %d Pods created (%.1f and %.1f per turn; %d and %d from the second turn on); manager peak RSS %.0f MiB, worker peak RSS %.0f MiB\n",
 		res.Node, res.Workers, res.Turns, res.CPUs, res.MedianSeconds, res.MaxSeconds,
 		res.Jobs, res.Pods, float64(res.Jobs)/float64(res.Turns), float64(res.Pods)/float64(res.Turns),
-		res.JobsAfterFirstTurn, res.PodsAfterFirstTurn, res.ManagerPeakRSSMiB)
+		res.JobsAfterFirstTurn, res.PodsAfterFirstTurn, res.ManagerPeakRSSMiB, res.WorkerPeakRSSMiB)
 	return b.String()
 }
 
