@@ -153,7 +153,9 @@ func (b *Board) now() time.Time {
 func (b *Board) line(namespace string) *line {
 	l := b.namespaces[namespace]
 	if l == nil {
-		l = &line{changed: make(chan struct{})}
+		// Idle from the start: a line made by a pod asking in a namespace
+		// with no runs is forgotten like any other idle one.
+		l = &line{changed: make(chan struct{}), idleSince: b.now()}
 		b.namespaces[namespace] = l
 	}
 	return l
@@ -420,6 +422,8 @@ func (b *Board) Namespaces(forget time.Duration) []NamespaceStats {
 	var out []NamespaceStats
 	for ns, l := range b.namespaces {
 		if !l.idleSince.IsZero() && now.Sub(l.idleSince) > forget {
+			// Pods waiting on the line look again, on the next one.
+			l.signal()
 			delete(b.namespaces, ns)
 			for k, e := range b.runs {
 				if k.namespace == ns && finished(e.status.State) {

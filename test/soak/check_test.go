@@ -167,7 +167,7 @@ func (r *run) waitSettled(lastFault time.Time) time.Duration {
 	}
 }
 
-// recordStall writes what the worker Jobs and pods were doing when the
+// recordStall writes what the worker pods were doing when the
 // backlog stopped shrinking into stalled.txt, next to the other records:
 // the cluster is gone once the test ends, and a stall is rare enough that
 // its one occurrence must be enough to explain it.
@@ -175,8 +175,7 @@ func (r *run) recordStall() {
 	var b strings.Builder
 	for _, args := range [][]string{
 		{"get", "sessions,sessionforks", "-A", "-o", "wide"},
-		{"get", "jobs,pods", "-A", "-l", "app.kubernetes.io/component=worker", "-o", "wide"},
-		{"get", "jobs", "-A", "-l", "app.kubernetes.io/component=worker", "-o", "yaml"},
+		{"get", "deployments,pods", "-A", "-l", "app.kubernetes.io/component=worker", "-o", "wide"},
 		{"describe", "pods", "-A", "-l", "app.kubernetes.io/component=worker"},
 		{"get", "events", "-A", "--sort-by=.lastTimestamp"},
 	} {
@@ -188,7 +187,7 @@ func (r *run) recordStall() {
 		r.t.Logf("recording the stall: %v", err)
 		return
 	}
-	r.t.Logf("the worker Jobs and pods at the stall: %s", path)
+	r.t.Logf("the worker pods at the stall: %s", path)
 }
 
 // settledSince reports whether an object of before is no longer in now.
@@ -421,7 +420,7 @@ func (r *run) checkEvents(forks int) map[string]int {
 	}
 	// A failed worker attempt is one Event; each worker, store or manager
 	// fault can fail at most a few attempts of each Session.
-	disrupt := faults[faultAPIServer] + faults[faultWorkerPods] + faults[faultWorkerJobs] + faults[faultStoreKill] + faults[faultStoreSlow] + faults[faultManagerKill]
+	disrupt := faults[faultAPIServer] + faults[faultWorkerPods] + faults[faultWorkerKill] + faults[faultStoreKill] + faults[faultStoreSlow] + faults[faultManagerKill]
 	if bound := 3 * (*flagSessions + forks) * (disrupt + 1); reasons["WorkerFailed"] > bound {
 		r.t.Errorf("%d WorkerFailed Events, over %d", reasons["WorkerFailed"], bound)
 	}

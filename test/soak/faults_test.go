@@ -18,11 +18,11 @@ const (
 	faultStoreKill   = "store-killed"
 	faultStoreSlow   = "store-slow-and-dropping"
 	faultWorkerPods  = "worker-pods-deleted"
-	faultWorkerJobs  = "worker-jobs-deleted"
+	faultWorkerKill  = "worker-pod-killed-mid-run"
 	faultHostKill    = "host-sigkill"
 )
 
-var faultKinds = []string{faultAPIServer, faultManagerKill, faultStoreKill, faultStoreSlow, faultWorkerPods, faultWorkerJobs, faultHostKill}
+var faultKinds = []string{faultAPIServer, faultManagerKill, faultStoreKill, faultStoreSlow, faultWorkerPods, faultWorkerKill, faultHostKill}
 
 // faultLog records each fault with its times, as a TSV a reader can line
 // up with the manager's log.
@@ -163,9 +163,11 @@ func (r *run) inject(rng *rand.Rand, kind string) {
 	case faultWorkerPods:
 		out, err := r.kubectl("delete", "pods", "-n", ns, "-l", "app.kubernetes.io/component=worker", "--wait=false")
 		detail = fmt.Sprintf("kubectl delete pods: %s %v", out, errString(err))
-	case faultWorkerJobs:
-		out, err := r.kubectl("delete", "jobs", "-n", ns, "--all", "--wait=false")
-		detail = fmt.Sprintf("kubectl delete jobs: %s %v", out, errString(err))
+	case faultWorkerKill:
+		// No grace: the pod's process dies with its runs, whose leases
+		// the manager must notice are gone and give to another pod.
+		out, err := r.kubectl("delete", "pods", "-n", ns, "-l", "app.kubernetes.io/component=worker", "--grace-period=0", "--force", "--wait=false")
+		detail = fmt.Sprintf("kubectl delete pods --grace-period=0 --force: %s %v", out, errString(err))
 	case faultHostKill:
 		h := r.hosts[rng.IntN(len(r.hosts))]
 		h.kill()

@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,6 +21,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -214,9 +217,14 @@ func setUp(t *testing.T) *run {
 		r.create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: credSecret, Namespace: n},
 			StringData: map[string]string{"AWS_ACCESS_KEY_ID": r.gw.AccessKey, "AWS_SECRET_ACCESS_KEY": r.gw.SecretKey}})
 	}
+	// Worker pods dial the manager on the host's address on the pod
+	// network, at the same port after each restart.
+	workerAddr := net.JoinHostPort(r.cluster.NodeIP, strconv.Itoa(freePort(t, r.cluster.NodeIP)))
 	r.manager = &process{name: "manager", logPath: filepath.Join(r.dir, "manager.log"), args: []string{r.turnlog, "manager",
 		"--store-url=" + r.storeURL,
-		"--worker-mode=pod",
+		"--worker-mode=pool",
+		"--worker-listen=" + workerAddr,
+		"--worker-endpoint=https://" + workerAddr,
 		"--worker-image=" + image,
 		"--worker-credentials-secret=" + credSecret,
 		"--metrics-bind-address=0",
@@ -465,8 +473,8 @@ func (r *run) periodicChecks() (stop func()) {
 }
 
 // sampleRSS records the manager's resident memory every 5 s (whichever
-// manager process is running) and returns what stops it and yields the
-// samples.
+// manager process is running), and the backlog then, and returns what
+// stops it and yields the samples.
 func (r *run) sampleRSS() (stop func() []rssSample) {
 	ctx, cancel := context.WithCancel(r.ctx)
 	var samples []rssSample
@@ -476,7 +484,8 @@ func (r *run) sampleRSS() (stop func() []rssSample) {
 		for {
 			if pid := r.manager.pid(); pid != 0 {
 				if kib := vmRSS(pid); kib > 0 {
-					samples = append(samples, rssSample{Seconds: time.Since(r.began).Seconds(), MiB: float64(kib) / 1024, PID: pid})
+					samples = append(samples, rssSample{Seconds: time.Since(r.began).Seconds(), MiB: float64(kib) / 1024, PID: pid,
+						Backlog: r.backlog()})
 				}
 			}
 			select {
@@ -493,6 +502,35 @@ type rssSample struct {
 	Seconds float64 `json:"seconds"`
 	MiB     float64 `json:"mib"`
 	PID     int     `json:"pid"`
+	// Backlog is the Sessions of the streaming namespace not Current
+	// (waiting for their worker runs), -1 if they could not be listed.
+	Backlog int `json:"backlog"`
+}
+
+// backlog is how many of the streaming namespace's Sessions are not
+// Current: the work the worker pods have yet to catch up with.
+func (r *run) backlog() int {
+	var sessions turnlogv1.SessionList
+	if err := r.c.List(r.ctx, &sessions, client.InNamespace(ns)); err != nil {
+		return -1
+	}
+	n := 0
+	for _, s := range sessions.Items {
+		if c := apimeta.FindStatusCondition(s.Status.Conditions, turnlogv1.ConditionReady); c == nil || c.Reason != turnlogv1.ReasonCurrent {
+			n++
+		}
+	}
+	return n
+}
+
+// freePort is a TCP port free on host now.
+func freePort(t *testing.T, host string) int {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }
 
 func vmRSS(pid int) int64 {
@@ -540,6 +578,10 @@ type result struct {
 	RSSFirstMiB             float64        `json:"rssFirstMiB"`
 	RSSPeakMiB              float64        `json:"rssPeakMiB"`
 	RSSLastMiB              float64        `json:"rssLastMiB"`
+	// BacklogPeak and BacklogLast are the largest and the last sampled
+	// backlog during the load (rssSample.Backlog).
+	BacklogPeak int `json:"backlogPeak"`
+	BacklogLast int `json:"backlogLast"`
 }
 
 // report writes the summary and the RSS samples, and fails the soak on
@@ -549,9 +591,11 @@ func (r *run) report(res result) {
 	res.DurationS = res.Duration.String()
 	res.EventsPerSec = float64(res.Events) / res.Duration.Seconds()
 	var tsv strings.Builder
-	tsv.WriteString("seconds\trss_mib\tpid\n")
+	tsv.WriteString("seconds\trss_mib\tpid\tbacklog\n")
 	for i, s := range res.RSS {
-		fmt.Fprintf(&tsv, "%.0f\t%.1f\t%d\n", s.Seconds, s.MiB, s.PID)
+		fmt.Fprintf(&tsv, "%.0f\t%.1f\t%d\t%d\n", s.Seconds, s.MiB, s.PID, s.Backlog)
+		res.BacklogPeak = max(res.BacklogPeak, s.Backlog)
+		res.BacklogLast = s.Backlog
 		if i == 0 {
 			res.RSSFirstMiB = s.MiB
 		}
@@ -584,6 +628,27 @@ func (r *run) report(res result) {
 		}
 	}
 	r.checkRSS(res.RSS)
+	r.checkBacklog(res.RSS)
+}
+
+// checkBacklog fails on a backlog that grows through a long run: the
+// samples of the last third must stay within a margin of the peak of the
+// first two thirds. A short run is too short for thirds to mean anything.
+func (r *run) checkBacklog(samples []rssSample) {
+	if *flagDuration < 10*time.Minute || len(samples) < 6 {
+		return
+	}
+	cut := len(samples) * 2 / 3
+	early, late := 0, 0
+	for _, s := range samples[:cut] {
+		early = max(early, s.Backlog)
+	}
+	for _, s := range samples[cut:] {
+		late = max(late, s.Backlog)
+	}
+	if bound := max(early*3/2, early+10); late > bound {
+		r.t.Errorf("the backlog grew: %d Sessions not Current at most in the last third of the run, against %d before (bound %d)", late, early, bound)
+	}
 }
 
 // checkRSS fails on a manager whose memory grows through the run: the
