@@ -216,18 +216,17 @@ bench-flood: control-plane ## Measure one namespace's flood against another's ap
 # bench-turns times what a host waits for on each turn (append -> stored
 # transcript) and counts the Jobs and Pods the turns create, on the local
 # cluster's process node (as `make dev`) or container node (as test-e2e;
-# root and node-deps). TURNS_WORKERS picks how the manager runs assembly and
-# replay: jobs, a Job per run. What it runs is built first, as e2e-build
-# does, outside go test's -timeout; results are appended to TURNS_OUT.
+# root and node-deps), with the manager's worker pods. What it runs is
+# built first, as e2e-build does, outside go test's -timeout; results are
+# appended to TURNS_OUT.
 TURNS_NODE ?= process
 TURNS ?= 10
-TURNS_WORKERS ?= jobs,pool
 TURNS_BUILD_DIR ?= $(BIN_DIR)/turns
 TURNS_OUT ?= $(CURDIR)/bin/turns.jsonl
 .PHONY: bench-turns
-bench-turns: control-plane $(if $(filter container,$(TURNS_NODE)),node-deps) ## Time append -> stored transcript for TURNS turns in pod worker mode on TURNS_NODE (process|container); count Jobs and Pods (docs/benchmarks.md).
+bench-turns: control-plane $(if $(filter container,$(TURNS_NODE)),node-deps) ## Time append -> stored transcript for TURNS turns on TURNS_NODE (process|container); count Jobs and Pods (docs/benchmarks.md).
 	$(GO) run ./hack/e2ebuild --out $(TURNS_BUILD_DIR) --images=$(if $(filter container,$(TURNS_NODE)),true,false)
-	KUBEBUILDER_ASSETS=$(CONTROL_PLANE_DIR) $(GO) test ./test/scale/ -run TestTurns -count=1 -timeout 1h -v -args -turns.node=$(TURNS_NODE) -turns.n=$(TURNS) -turns.workers=$(TURNS_WORKERS) -turns.build-dir=$(TURNS_BUILD_DIR) -turns.out=$(TURNS_OUT)
+	KUBEBUILDER_ASSETS=$(CONTROL_PLANE_DIR) $(GO) test ./test/scale/ -run TestTurns -count=1 -timeout 1h -v -args -turns.node=$(TURNS_NODE) -turns.n=$(TURNS) -turns.build-dir=$(TURNS_BUILD_DIR) -turns.out=$(TURNS_OUT)
 
 .PHONY: scale-plot
 scale-plot: ## Plot bin/scale.jsonl (from bench-scale) into docs/scale.tsv and docs/scale.png (needs jq, gnuplot).

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
@@ -10,16 +11,18 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"net/url"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/cert"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -31,20 +34,25 @@ import (
 	"github.com/turnlog/turnlog/internal/workerpool"
 )
 
-// PoolSettings configure the worker pods of pool worker mode.
+// PoolSettings configure the worker pods of pod worker mode.
 type PoolSettings struct {
-	// Image, ServiceAccount, CredentialsSecret and Resources are as for
-	// Jobs (JobSettings).
-	Image, ServiceAccount, CredentialsSecret string
-	Resources                                corev1.ResourceRequirements
+	// Image holds the turnlog binary as its entrypoint.
+	Image string
+	// ServiceAccount the pods run as; its token is never mounted. Empty is
+	// the namespace's default.
+	ServiceAccount string
+	// CredentialsSecret, if set, names a Secret in the Session's namespace
+	// whose keys become the worker's environment (e.g. AWS_ACCESS_KEY_ID).
+	CredentialsSecret string
+	Resources         corev1.ResourceRequirements
 	// Endpoint is the URL worker pods dial (https://HOST:PORT); Listen is
 	// the address the manager serves it on.
 	Endpoint, Listen string
 	// CertPEM and KeyPEM are what the endpoint presents; pods trust
-	// CertPEM and nothing else.
+	// CertPEM and nothing else. Key derives each namespace's token
+	// (workerpool.Tokens). Those not set are made at start.
 	CertPEM, KeyPEM []byte
-	// Key derives each namespace's token (workerpool.Tokens).
-	Key []byte
+	Key             []byte
 	// RunsPerPod is how many runs one pod works on at once.
 	RunsPerPod int
 	// IdleTimeout is how long a namespace keeps its pods with nothing to
@@ -60,7 +68,7 @@ const (
 	DefaultWorkerPodRuns     = 1
 )
 
-// The objects pool mode keeps in a busy namespace.
+// The objects pod worker mode keeps in a busy namespace.
 const (
 	// poolName names the Deployment of a namespace's worker pods, and the
 	// Secret that holds their token and the manager's certificate.
@@ -111,11 +119,12 @@ type PoolWorkers struct {
 func newPoolWorkers(c client.Client, reader client.Reader, s PoolSettings, namespaceRuns int, wake func(types.NamespacedName)) (*PoolWorkers, error) {
 	switch {
 	case s.Image == "":
-		return nil, errors.New("pool worker mode needs a worker image")
+		return nil, errors.New("pod worker mode needs a worker image")
 	case s.Endpoint == "" || s.Listen == "":
-		return nil, errors.New("pool worker mode needs the endpoint worker pods dial and an address to listen on")
-	case len(s.CertPEM) == 0 || len(s.KeyPEM) == 0 || len(s.Key) == 0:
-		return nil, errors.New("pool worker mode needs a serving certificate and a token key")
+		return nil, errors.New("pod worker mode needs the endpoint worker pods dial and an address to listen on")
+	}
+	if err := s.makeCredentials(); err != nil {
+		return nil, err
 	}
 	if s.RunsPerPod <= 0 {
 		s.RunsPerPod = DefaultWorkerPodRuns
@@ -131,6 +140,37 @@ func newPoolWorkers(c client.Client, reader client.Reader, s PoolSettings, names
 		Leased: w.leased, Finished: w.finished, Lost: w.lost,
 	})
 	return w, nil
+}
+
+// makeCredentials makes what the settings lack: the endpoint's certificate,
+// for the host of Endpoint, and the tokens' key. Made for each run of the
+// manager, they need no storing or rotating; a restarted manager replaces
+// the pods told the old ones.
+func (s *PoolSettings) makeCredentials() error {
+	if len(s.CertPEM) == 0 || len(s.KeyPEM) == 0 {
+		u, err := url.Parse(s.Endpoint)
+		if err != nil || u.Scheme != "https" || u.Hostname() == "" {
+			return fmt.Errorf("worker endpoint %q: want https://HOST:PORT", s.Endpoint)
+		}
+		host := u.Hostname()
+		var ips []net.IP
+		var names []string
+		if ip := net.ParseIP(host); ip != nil {
+			ips = append(ips, ip)
+		} else {
+			names = append(names, host)
+		}
+		if s.CertPEM, s.KeyPEM, err = cert.GenerateSelfSignedCertKey(host, ips, names); err != nil {
+			return fmt.Errorf("making the worker endpoint's certificate: %w", err)
+		}
+	}
+	if len(s.Key) == 0 {
+		s.Key = make([]byte, 32)
+		if _, err := rand.Read(s.Key); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // The manager runs worker pods in the namespaces it has work in, and
@@ -239,6 +279,10 @@ func (w *PoolWorkers) lost(run workerpool.Run, st workerpool.Status) {
 	w.mu.Unlock()
 	logf.Log.WithName("worker-pool").Info("a worker pod stopped answering during a run; the run is done again", "namespace", run.Namespace, "run", run.Name, "pod", st.LostPod, "why", why)
 }
+
+// reasonOOMKilled is the reason a container runtime gives a container the
+// kernel killed for exceeding its memory limit.
+const reasonOOMKilled = "OOMKilled"
 
 // oomKilled says so if the kernel killed pod's worker for its memory
 // limit, now or the last time it ran; "" otherwise.
@@ -559,28 +603,28 @@ func restrictedPod() *corev1.PodSecurityContext {
 var (
 	poolPods = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "turnlog_worker_pods",
-		Help: "Worker pods the manager keeps in a namespace (pool worker mode).",
+		Help: "Worker pods the manager keeps in a namespace (pod worker mode).",
 	}, []string{"namespace"})
 	poolRunsWaiting = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "turnlog_worker_runs_waiting",
-		Help: "Worker runs of a namespace waiting for a worker pod (pool worker mode).",
+		Help: "Worker runs of a namespace waiting for a worker pod (pod worker mode).",
 	}, []string{"namespace"})
 	poolRunsInFlight = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "turnlog_worker_runs_in_flight",
-		Help: "Worker runs of a namespace a worker pod is working on (pool worker mode).",
+		Help: "Worker runs of a namespace a worker pod is working on (pod worker mode).",
 	}, []string{"namespace"})
 	poolRunSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "turnlog_worker_run_seconds",
-		Help:    "How long a worker run took on a worker pod, from lease to result, by task and outcome (pool worker mode).",
+		Help:    "How long a worker run took on a worker pod, from lease to result, by task and outcome (pod worker mode).",
 		Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300},
 	}, []string{"task", "state"})
 	poolRunsLeased = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "turnlog_worker_runs_leased_total",
-		Help: "Worker runs handed to a worker pod (pool worker mode).",
+		Help: "Worker runs handed to a worker pod (pod worker mode).",
 	})
 	poolRunsLost = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "turnlog_worker_runs_lost_total",
-		Help: "Leases given up because their worker pod stopped answering; each run is done again (pool worker mode).",
+		Help: "Leases given up because their worker pod stopped answering; each run is done again (pod worker mode).",
 	})
 )
 

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	batchv1 "k8s.io/api/batch/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -42,9 +41,6 @@ type SessionReconciler struct {
 	// A Session current with its log backs off from it to MaxPollInterval
 	// while the log stays quiet (session_poll.go).
 	PollInterval, MaxPollInterval time.Duration
-	// PodWorkers is set when Workers run as Jobs, so the controller watches
-	// them.
-	PodWorkers bool
 	// MaxWorkerFailures is how many failed attempts a worker run gets
 	// before it is given up until a nudge or a spec change; 0 is no limit.
 	MaxWorkerFailures int32
@@ -535,19 +531,14 @@ func adapterOf(a turnlogv1.Adapter) turnlog.Adapter {
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // SetupWithManager registers the reconciler. A Session is reconciled when
-// its spec changes, when its nudge annotation changes, and when one of its
-// worker Jobs changes; its own status writes do not wake it.
+// its spec changes, when its nudge annotation changes, and when its worker
+// run ends or a worker slot frees for it (wakeups); its own status writes
+// do not wake it.
 func (r *SessionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&turnlogv1.Session{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Named("session")
-	if r.PodWorkers {
-		b = b.Owns(&batchv1.Job{})
-		if jw, ok := r.Workers.(*JobWorkers); ok {
-			b = b.Watches(&batchv1.Job{}, jw.slotEvents())
-		}
-	}
 	if r.wakeups != nil {
 		b = b.WatchesRawSource(source.Channel(r.wakeups, &handler.EnqueueRequestForObject{}))
 	}

@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -20,24 +18,20 @@ import (
 
 // Worker modes.
 const (
-	// WorkerModePod runs each worker run as a Job (the default on clusters).
+	// WorkerModePod hands each worker run to worker pods that stay while
+	// their namespace is busy (PoolWorkers; the default on clusters).
 	WorkerModePod = "pod"
 	// WorkerModeLocal runs the worker inside the manager, for machines
 	// without a kubelet.
 	WorkerModeLocal = "local"
-	// WorkerModePool hands runs to worker pods that stay while their
-	// namespace is busy (PoolWorkers).
-	WorkerModePool = "pool"
 )
 
 // Config configures the turnlog controllers.
 type Config struct {
 	Stores Stores
-	// WorkerMode is WorkerModePod, WorkerModePool or WorkerModeLocal.
+	// WorkerMode is WorkerModePod or WorkerModeLocal.
 	WorkerMode string
-	// Jobs configures worker Jobs in pod mode.
-	Jobs JobSettings
-	// Pool configures worker pods in pool mode.
+	// Pool configures the worker pods in pod mode.
 	Pool PoolSettings
 	// PollInterval bounds how long an append made without a nudge goes
 	// unnoticed in a Session that is busy; MaxPollInterval (if longer) in
@@ -74,20 +68,16 @@ const (
 	DefaultStoreTimeout      = 2 * time.Minute
 )
 
-// CacheOptions restricts the manager's cache of Jobs to turnlog's workers,
-// so the manager does not hold every Job of the cluster in memory, and
-// drops managed fields from what it caches: the controllers never read
-// them, and they are a good part of a small object's size. When
-// namespaces are given, it caches only those namespaces: the manager then
-// needs its permissions only there (Roles instead of a ClusterRole; see
-// config/namespaced).
+// CacheOptions drops managed fields from what the manager caches: the
+// controllers never read them, and they are a good part of a small
+// object's size. When namespaces are given, it caches only those
+// namespaces: the manager then needs its permissions only there (Roles
+// instead of a ClusterRole; see config/namespaced). The worker pods'
+// Deployments, Secrets and pods are read straight from the API server,
+// never cached: the manager would otherwise hold every Deployment and
+// Secret of the cluster.
 func CacheOptions(namespaces ...string) cache.Options {
-	opts := cache.Options{
-		ByObject: map[client.Object]cache.ByObject{
-			&batchv1.Job{}: {Label: labels.SelectorFromSet(workerLabels)},
-		},
-		DefaultTransform: cache.TransformStripManagedFields(),
-	}
+	opts := cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
 	if len(namespaces) > 0 {
 		opts.DefaultNamespaces = map[string]cache.Config{}
 		for _, ns := range namespaces {
@@ -169,13 +159,6 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 			wake: wakeSession,
 		}}
 	case WorkerModePod:
-		if cfg.Jobs.Image == "" {
-			return fmt.Errorf("pod worker mode needs a worker image")
-		}
-		sessions.Workers = &JobWorkers{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Settings: cfg.Jobs,
-			NamespaceRuns: limits.NamespaceWorkerRuns, line: jobLine{wake: wakeSession}}
-		sessions.PodWorkers = true
-	case WorkerModePool:
 		pool, err := newPoolWorkers(mgr.GetClient(), mgr.GetAPIReader(), cfg.Pool, limits.NamespaceWorkerRuns, func(k types.NamespacedName) {
 			// A finished run's wake-up is how its Session learns of it:
 			// never dropped, unlike a slot's.
@@ -191,7 +174,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 		}
 		sessions.Workers = pool
 	default:
-		return fmt.Errorf("unknown worker mode %q (want %s, %s or %s)", cfg.WorkerMode, WorkerModePod, WorkerModePool, WorkerModeLocal)
+		return fmt.Errorf("unknown worker mode %q (want %s or %s)", cfg.WorkerMode, WorkerModePod, WorkerModeLocal)
 	}
 	if err := sessions.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the Session controller: %w", err)

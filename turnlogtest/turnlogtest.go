@@ -35,6 +35,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -134,15 +135,15 @@ func WithPollInterval(d time.Duration) Option {
 
 // WithWorkerMode sets where worker runs go: controllers.WorkerModeLocal
 // (the default: inside the test's process) or controllers.WorkerModePod
-// (a Job per run). envtest runs no Job controller and no node, so in pod
-// mode the Jobs are created and nothing runs them: Sessions stay
-// WorkPending, which is what a test of a host waiting for replay may want.
-// WithWorkerImage sets the Jobs' image.
+// (worker pods). envtest runs no Deployment controller and no node, so in
+// pod mode the worker Deployment is created and no pod takes the runs:
+// Sessions stay WorkPending, which is what a test of a host waiting for
+// replay may want. WithWorkerImage sets the pods' image.
 func WithWorkerMode(mode string) Option {
 	return func(o *options) { o.workerMode = mode }
 }
 
-// WithWorkerImage sets the image of worker Jobs in pod mode.
+// WithWorkerImage sets the image of worker pods in pod mode.
 func WithWorkerImage(image string) Option {
 	return func(o *options) { o.workerImage = image }
 }
@@ -347,12 +348,18 @@ func (st *starting) startManager(ctx context.Context) error {
 	// Code that logs from a context without a logger of the manager's
 	// would otherwise use controller-runtime's global one.
 	mctx, cancel := context.WithCancel(ctrl.LoggerInto(context.Background(), logger))
-	err = controllers.Setup(mctx, mgr, controllers.Config{
-		Stores:       st.stores,
-		WorkerMode:   st.o.workerMode,
-		PollInterval: st.o.pollInterval,
-		Jobs:         controllers.JobSettings{Image: st.o.workerImage},
-	})
+	conf := controllers.Config{Stores: st.stores, WorkerMode: st.o.workerMode, PollInterval: st.o.pollInterval}
+	if st.o.workerMode == controllers.WorkerModePod {
+		// The manager serves worker pods on a port of this machine's
+		// loopback, where nothing dials it unless the test does.
+		addr, err := freeLoopbackAddr()
+		if err != nil {
+			cancel()
+			return err
+		}
+		conf.Pool = controllers.PoolSettings{Image: st.o.workerImage, Listen: addr, Endpoint: "https://" + addr}
+	}
+	err = controllers.Setup(mctx, mgr, conf)
 	if err != nil {
 		cancel()
 		return err
@@ -394,6 +401,16 @@ func (st *starting) startManager(ctx context.Context) error {
 	return nil
 }
 
+// freeLoopbackAddr is an address on 127.0.0.1 with a port free now.
+func freeLoopbackAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
 // Stop stops the controllers, the API server and etcd, and removes the
 // Env's files (the default store among them). It returns the first
 // call's result every time.
@@ -410,7 +427,7 @@ func (o *options) check() error {
 	case controllers.WorkerModeLocal:
 	case controllers.WorkerModePod:
 		if o.workerImage == "" {
-			// Nothing runs the Jobs on envtest; they need an image all
+			// No pod runs on envtest; the Deployment needs an image all
 			// the same.
 			o.workerImage = "ghcr.io/turnlog/turnlog:turnlogtest"
 		}

@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/tls"
 	"flag"
 	"fmt"
 	"io"
 	"net"
-	"net/url"
 	"os"
 	"runtime/debug"
 	"strings"
@@ -20,7 +18,6 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/util/cert"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
@@ -67,7 +64,7 @@ func runManager(ctx context.Context, args []string, _ io.Reader, _, stderr io.Wr
 		return fail(stderr, "manager", err)
 	}
 	cfg := f.controllersConfig(stores, resources)
-	if f.workerMode == controllers.WorkerModePool {
+	if f.workerMode == controllers.WorkerModePod {
 		if cfg.Pool, err = f.poolSettings(resources); err != nil {
 			return fail(stderr, "manager", err)
 		}
@@ -102,8 +99,8 @@ type managerFlags struct {
 	workerSA, workerSecret            string
 	workerCPU, workerCPULimit         string
 	workerMemory                      string
-	workerMaxFailures, workerBackoff  int
-	workerDeadline, workerTTL         time.Duration
+	workerMaxFailures                 int
+	workerDeadline                    time.Duration
 	workerEndpoint, workerListen      string
 	workerPodRuns                     int
 	workerIdle                        time.Duration
@@ -137,7 +134,7 @@ func (f *managerFlags) bind(fs *flag.FlagSet) {
 	fs.DurationVar(&f.orphanSweep, "orphan-sweep-interval", controllers.DefaultOrphanSweepInterval, "how often recorded orphaned logs are deleted again")
 	fs.DurationVar(&f.pollInterval, "poll-interval", time.Minute, "how often a busy Session's log is looked at without a nudge")
 	fs.DurationVar(&f.maxPollInterval, "max-poll-interval", time.Hour, "how seldom a Session whose log has been quiet at least this long is looked at without a nudge")
-	fs.StringVar(&f.workerMode, "worker-mode", controllers.WorkerModePod, "where assembly and replay run: pod (a Job per run), pool (worker pods that stay while their namespace is busy) or local (inside the manager)")
+	fs.StringVar(&f.workerMode, "worker-mode", controllers.WorkerModePod, "where assembly and replay run: pod (worker pods that stay while their namespace is busy) or local (inside the manager)")
 	fs.StringVar(&f.workerImage, "worker-image", "", "image of worker pods; its entrypoint is the turnlog binary")
 	fs.StringVar(&f.workerSA, "worker-service-account", "", "service account of worker pods (its token is never mounted); empty: the namespace's default")
 	fs.StringVar(&f.workerSecret, "worker-credentials-secret", "", "Secret in each Session's namespace whose keys become the worker's environment (store credentials)")
@@ -145,19 +142,17 @@ func (f *managerFlags) bind(fs *flag.FlagSet) {
 	fs.StringVar(&f.workerCPULimit, "worker-cpu-limit", "1", "CPU limit of a worker pod; 0 for none")
 	fs.IntVar(&f.workerMaxFailures, "worker-max-failures", controllers.DefaultWorkerMaxFailures, "failed attempts of a worker run before it is given up until the Session is nudged or its spec changes")
 	fs.StringVar(&f.workerMemory, "worker-memory-limit", "512Mi", "memory request and limit of a worker pod")
-	fs.IntVar(&f.workerBackoff, "worker-backoff-limit", 3, "pod retries of a worker Job before it fails")
-	fs.DurationVar(&f.workerDeadline, "worker-active-deadline", 15*time.Minute, "longest a worker Job may run, retries included")
-	fs.DurationVar(&f.workerTTL, "worker-ttl-after-finished", time.Hour, "how long finished worker Jobs are kept")
-	fs.StringVar(&f.workerEndpoint, "worker-endpoint", "", "URL worker pods dial for runs (--worker-mode=pool), https://HOST:PORT; default: https://$POD_IP and the port of --worker-listen")
-	fs.StringVar(&f.workerListen, "worker-listen", ":9444", "address the manager serves worker pods on (--worker-mode=pool)")
-	fs.IntVar(&f.workerPodRuns, "worker-pod-runs", controllers.DefaultWorkerPodRuns, "runs one worker pod works on at once (--worker-mode=pool)")
-	fs.DurationVar(&f.workerIdle, "worker-idle-timeout", controllers.DefaultWorkerIdleTimeout, "how long a namespace keeps its worker pods with nothing to do (--worker-mode=pool)")
+	fs.DurationVar(&f.workerDeadline, "worker-active-deadline", 15*time.Minute, "longest one worker run may take before it is given up as failed")
+	fs.StringVar(&f.workerEndpoint, "worker-endpoint", "", "URL worker pods dial for runs, https://HOST:PORT; default: https://$POD_IP and the port of --worker-listen")
+	fs.StringVar(&f.workerListen, "worker-listen", ":9444", "address the manager serves worker pods on")
+	fs.IntVar(&f.workerPodRuns, "worker-pod-runs", controllers.DefaultWorkerPodRuns, "runs one worker pod works on at once")
+	fs.DurationVar(&f.workerIdle, "worker-idle-timeout", controllers.DefaultWorkerIdleTimeout, "how long a namespace keeps its worker pods with nothing to do")
 	l := &f.limits
 	fs.IntVar(&l.ConcurrentReconciles, "concurrent-reconciles", controllers.DefaultConcurrentReconciles, "reconciles each controller (Sessions, SessionForks) runs at once")
 	fs.IntVar(&l.NamespaceConcurrentReconciles, "namespace-concurrent-reconciles", controllers.DefaultNamespaceConcurrentReconciles, "of those, how many one namespace's objects may hold, so that other namespaces always find one free")
 	fs.Float64Var(&l.NamespaceReconcileRate, "namespace-reconcile-rate", 0, "reconciles per second each controller gives one namespace's objects (nudges, polls, appends); over it they wait, coalesced; 0: no limit")
 	fs.IntVar(&l.NamespaceReconcileBurst, "namespace-reconcile-burst", 0, "bursts allowed over --namespace-reconcile-rate; 0: twice the rate")
-	fs.IntVar(&l.NamespaceWorkerRuns, "namespace-worker-runs", controllers.DefaultNamespaceWorkerRuns, "worker runs (Jobs, or runs inside the manager) one namespace may have going at once")
+	fs.IntVar(&l.NamespaceWorkerRuns, "namespace-worker-runs", controllers.DefaultNamespaceWorkerRuns, "worker runs (on worker pods, or inside the manager) one namespace may have going at once")
 	fs.IntVar(&l.LocalWorkerRuns, "local-worker-runs", controllers.DefaultLocalWorkerRuns, "worker runs the manager runs at once inside its own process (--worker-mode=local)")
 	fs.IntVar(&l.ForkCopies, "fork-copies", controllers.DefaultForkCopies, "forks the manager cuts and copies at once")
 	fs.IntVar(&l.NamespaceForkCopies, "namespace-fork-copies", controllers.DefaultNamespaceForkCopies, "of those, how many may be one namespace's")
@@ -235,55 +230,24 @@ func (f *managerFlags) controllersConfig(stores controllers.Stores, resources co
 		ReconcileDeadline:   f.reconcileDeadline,
 		OrphanNamespace:     f.orphanNamespace,
 		OrphanSweepInterval: f.orphanSweep,
-		Jobs: controllers.JobSettings{
-			Image:                   f.workerImage,
-			ServiceAccount:          f.workerSA,
-			CredentialsSecret:       f.workerSecret,
-			Resources:               resources,
-			BackoffLimit:            int32(f.workerBackoff),
-			ActiveDeadlineSeconds:   int64(f.workerDeadline.Seconds()),
-			TTLSecondsAfterFinished: int32(f.workerTTL.Seconds()),
-		},
 	}
 }
 
-// poolSettings are the worker pods' settings in pool mode, with the
-// endpoint's certificate and the tokens' key made for this run of the
-// manager: nothing to store or rotate, and a restarted manager replaces
-// the pods told the old ones.
+// poolSettings are the worker pods' settings in pod mode; the endpoint's
+// certificate and the tokens' key are made when the manager starts.
 func (f *managerFlags) poolSettings(resources corev1.ResourceRequirements) (controllers.PoolSettings, error) {
 	endpoint := f.workerEndpoint
 	if endpoint == "" {
 		_, port, err := net.SplitHostPort(f.workerListen)
 		podIP := os.Getenv("POD_IP")
 		if err != nil || podIP == "" {
-			return controllers.PoolSettings{}, fmt.Errorf("--worker-mode=pool: set --worker-endpoint (the URL worker pods dial), or POD_IP and a --worker-listen with a port")
+			return controllers.PoolSettings{}, fmt.Errorf("--worker-mode=pod: set --worker-endpoint (the URL worker pods dial), or POD_IP and a --worker-listen with a port")
 		}
 		endpoint = "https://" + net.JoinHostPort(podIP, port)
 	}
-	u, err := url.Parse(endpoint)
-	if err != nil || u.Scheme != "https" || u.Hostname() == "" {
-		return controllers.PoolSettings{}, fmt.Errorf("--worker-endpoint %q: want https://HOST:PORT", endpoint)
-	}
-	host := u.Hostname()
-	var ips []net.IP
-	var names []string
-	if ip := net.ParseIP(host); ip != nil {
-		ips = append(ips, ip)
-	} else {
-		names = append(names, host)
-	}
-	certPEM, keyPEM, err := cert.GenerateSelfSignedCertKey(host, ips, names)
-	if err != nil {
-		return controllers.PoolSettings{}, fmt.Errorf("making the worker endpoint's certificate: %w", err)
-	}
-	key := make([]byte, 32)
-	if _, err := rand.Read(key); err != nil {
-		return controllers.PoolSettings{}, err
-	}
 	return controllers.PoolSettings{
 		Image: f.workerImage, ServiceAccount: f.workerSA, CredentialsSecret: f.workerSecret, Resources: resources,
-		Endpoint: endpoint, Listen: f.workerListen, CertPEM: certPEM, KeyPEM: keyPEM, Key: key,
+		Endpoint: endpoint, Listen: f.workerListen,
 		RunsPerPod: f.workerPodRuns, IdleTimeout: f.workerIdle, MaxRunTime: f.workerDeadline,
 	}, nil
 }

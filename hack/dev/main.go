@@ -1,7 +1,7 @@
 // Command dev runs turnlog on a laptop without a cluster or a container
 // runtime: a local cluster (etcd, kube-apiserver, kube-controller-manager,
 // kube-scheduler and a node whose pods are local processes), a file:// object
-// store, and `turnlog manager` in pool worker mode, so assembly and replay run
+// store, and `turnlog manager` in pod worker mode, so assembly and replay run
 // in real worker pods that stay while the namespace is busy. It imports a sample session and prints the commands to try
 // next. State lives under --state-dir and survives a restart; Ctrl-C stops
 // everything.
@@ -113,7 +113,7 @@ func run(ctx context.Context) error {
 
 	kubectlDir := filepath.Dir(cluster.KubectlPath)
 	fmt.Printf(`
-turnlog dev is running: manager in pool worker mode, store %s,
+turnlog dev is running: manager in pod worker mode, store %s,
 manager log %s. In another shell:
 
   export KUBECONFIG=%s
@@ -156,7 +156,7 @@ func startManager(bin, kubeconfig, storeURL, logPath string) (*exec.Cmd, error) 
 	l.Close()
 	cmd := exec.Command(bin, "manager",
 		"--store-url="+storeURL,
-		"--worker-mode=pool",
+		"--worker-mode=pod",
 		"--worker-image="+workerImage,
 		"--worker-listen="+workerAddr,
 		"--worker-endpoint=https://"+workerAddr,

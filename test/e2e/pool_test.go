@@ -44,7 +44,7 @@ const (
 // poolModel is the adapter the pool spec's Session is replayed for.
 var poolModel = agenthost.Adapter{Kind: "pi-ai", API: "anthropic-messages", Provider: "anthropic", Model: "claude-sonnet-4-5"}
 
-// Worker pods that stay while their namespace is busy (--worker-mode=pool):
+// Worker pods that stay while their namespace is busy (--worker-mode=pod):
 // a host streams turns into one Session through the public agenthost
 // package, its namespace's one worker pod does every assembly and replay
 // without a Job or a new pod per turn, a pod deleted mid-stream is replaced
@@ -68,7 +68,7 @@ var _ = Describe("pool workers (container node)", func() {
 
 		By("restarting the suite's manager in pool worker mode, serving worker pods on " + addr)
 		Expect(m.restartWith(workerImage,
-			"--worker-mode=pool",
+			"--worker-mode=pod",
 			"--worker-listen="+addr,
 			"--worker-endpoint="+endpoint,
 			"--worker-idle-timeout="+idleTimeout.String(),

@@ -43,7 +43,6 @@ import (
 var (
 	flagTurnsNode    = flag.String("turns.node", "", "the local cluster's node: process (pods as local processes, as `make dev`) or container (kubelet and containerd, as the e2e suite; root); empty: measure nothing")
 	flagTurnsN       = flag.Int("turns.n", 10, "turns the host appends, one after another, each waited for")
-	flagTurnsWorkers = flag.String("turns.workers", "jobs", "how the manager runs assembly and replay, one or both in one run: jobs (a batch/v1 Job per run, --worker-mode=pod), pool (worker pods that stay while the namespace is busy, --worker-mode=pool), jobs,pool")
 	flagTurnsOut     = flag.String("turns.out", "", "append the result as a JSON line to this file")
 	flagTurnsBuild   = flag.String("turns.build-dir", "", "where `make e2e-build` (hack/e2ebuild) put turnlog and, for the container node, the worker images; empty: build them here")
 	flagTurnsTimeout = flag.Duration("turns.timeout", 5*time.Minute, "longest wait for one turn's transcript")
@@ -85,8 +84,7 @@ type TurnsResult struct {
 	PodsAfterFirstTurn int     `json:"podsCreatedAfterFirstTurn"`
 	ManagerPeakRSSMiB  float64 `json:"managerPeakRssMiB"`
 	// WorkerPeakRSSMiB is the peak RSS of the worker pods' processes that
-	// ran `turnlog worker serve` for this manager (pool mode; 0 with Jobs,
-	// whose workers live for milliseconds).
+	// ran `turnlog worker serve` for this manager.
 	WorkerPeakRSSMiB float64 `json:"workerPeakRssMiB,omitempty"`
 }
 
@@ -104,23 +102,10 @@ func TestTurns(t *testing.T) {
 	if *flagTurnsN < 1 {
 		t.Fatalf("-turns.n=%d: want at least one turn", *flagTurnsN)
 	}
-	// The workers flag lists the manager's worker modes to measure, one
-	// after another on the same cluster, each in a namespace of its own,
-	// so that the old way and the new are measured by the same host in
-	// one run.
-	modes := strings.Split(*flagTurnsWorkers, ",")
-	for _, mode := range modes {
-		if mode != "jobs" && mode != "pool" {
-			t.Fatalf("-turns.workers=%q: want jobs, pool or both (jobs,pool)", *flagTurnsWorkers)
-		}
-	}
 	// The cluster's own client logs go to its components' log files.
 	logf.SetLogger(zap.New(zap.WriteTo(io.Discard)))
 	tl := startTurnsCluster(t, *flagTurnsNode)
-	var results []TurnsResult
-	for _, mode := range modes {
-		results = append(results, measureTurns(t, tl, mode))
-	}
+	results := []TurnsResult{measureTurns(t, tl, controllersWorkerModePod)}
 	for _, res := range results {
 		t.Log("\n" + turnsTable(res))
 	}
@@ -137,27 +122,26 @@ func TestTurns(t *testing.T) {
 	}
 }
 
-// measureTurns runs the host's turns against a manager in worker mode
-// (jobs or pool) in a namespace of its own, and stops the manager.
+// controllersWorkerModePod is the manager's pod worker mode
+// (controllers.WorkerModePod): worker pods that stay while the namespace
+// is busy.
+const controllersWorkerModePod = "pod"
+
+// measureTurns runs the host's turns against a manager in worker mode in
+// a namespace of its own, and stops the manager.
 func measureTurns(t *testing.T, tl *turnsCluster, mode string) TurnsResult {
 	ctx := t.Context()
 	namespace := "turns-" + mode
 	tl.namespace(namespace)
-	args := []string{"--worker-image=" + e2ebuild.WorkerImage}
-	switch mode {
-	case "jobs":
-		args = append(args, "--worker-mode=pod")
-	case "pool":
-		// Worker pods dial the manager on the host's address on the pod
-		// network (the container node), or on the loopback (the process
-		// node's pods are local processes).
-		host := "127.0.0.1"
-		if tl.cluster.NodeIP != "" && *flagTurnsNode == "container" {
-			host = tl.cluster.NodeIP
-		}
-		addr := net.JoinHostPort(host, strconv.Itoa(freePort(t)))
-		args = append(args, "--worker-mode=pool", "--worker-listen="+addr, "--worker-endpoint=https://"+addr)
+	// Worker pods dial the manager on the host's address on the pod
+	// network (the container node), or on the loopback (the process
+	// node's pods are local processes).
+	host := "127.0.0.1"
+	if *flagTurnsNode == "container" {
+		host = tl.cluster.NodeIP
 	}
+	addr := net.JoinHostPort(host, strconv.Itoa(freePort(t)))
+	args := []string{"--worker-image=" + e2ebuild.WorkerImage, "--worker-mode=" + mode, "--worker-listen=" + addr, "--worker-endpoint=https://" + addr}
 	args = append(args, strings.Fields(*flagTurnsArgs)...)
 	if tl.credentialsSecret != "" {
 		args = append(args, "--worker-credentials-secret="+tl.credentialsSecret)
@@ -249,9 +233,7 @@ func measureTurns(t *testing.T, tl *turnsCluster, mode string) TurnsResult {
 	res.MedianSeconds = median(sorted)
 	res.MaxSeconds = sorted[len(sorted)-1]
 	_, res.ManagerPeakRSSMiB = m.rss()
-	if mode == "pool" {
-		res.WorkerPeakRSSMiB = workerPeakRSS(t, args)
-	}
+	res.WorkerPeakRSSMiB = workerPeakRSS(t, args)
 	m.stop()
 	line, _ := json.Marshal(res)
 	t.Logf("result: %s", line)

@@ -222,7 +222,7 @@ func setUp(t *testing.T) *run {
 	workerAddr := net.JoinHostPort(r.cluster.NodeIP, strconv.Itoa(freePort(t, r.cluster.NodeIP)))
 	r.manager = &process{name: "manager", logPath: filepath.Join(r.dir, "manager.log"), args: []string{r.turnlog, "manager",
 		"--store-url=" + r.storeURL,
-		"--worker-mode=pool",
+		"--worker-mode=pod",
 		"--worker-listen=" + workerAddr,
 		"--worker-endpoint=https://" + workerAddr,
 		"--worker-image=" + image,
