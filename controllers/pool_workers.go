@@ -113,6 +113,11 @@ type PoolWorkers struct {
 	// lostWhy says why each run's last lost lease was lost (the pod's
 	// state when it was), for the failure a run that lost them all reports.
 	lostWhy map[types.NamespacedName]string
+	// trouble says, per namespace whose runs wait with none in flight,
+	// why its pods take none (a pull error, a crash loop); troubleAt when
+	// it was last looked for.
+	trouble   map[string]string
+	troubleAt map[string]time.Time
 }
 
 // newPoolWorkers returns pool workers that wake Sessions through wake.
@@ -134,7 +139,8 @@ func newPoolWorkers(c client.Client, reader client.Reader, s PoolSettings, names
 	}
 	w := &PoolWorkers{Client: c, Reader: reader, Settings: s, NamespaceRuns: namespaceRuns,
 		tokens: workerpool.Tokens{Key: s.Key}, wake: wake, kick: make(chan struct{}, 1),
-		applied: map[string]int32{}, lastBusy: map[string]time.Time{}, lostWhy: map[types.NamespacedName]string{}}
+		applied: map[string]int32{}, lastBusy: map[string]time.Time{}, lostWhy: map[types.NamespacedName]string{},
+		trouble: map[string]string{}, troubleAt: map[string]time.Time{}}
 	w.board = workerpool.NewBoard(workerpool.Options{
 		NamespaceRuns: namespaceRuns, MaxRunTime: s.MaxRunTime,
 		Leased: w.leased, Finished: w.finished, Lost: w.lost,
@@ -206,7 +212,10 @@ func (w *PoolWorkers) Run(_ context.Context, run WorkerRun) (WorkerOutcome, erro
 	case workerpool.Leased:
 		return WorkerOutcome{Pod: st.Pod}, nil
 	}
-	return WorkerOutcome{Waiting: true}, nil
+	w.mu.Lock()
+	trouble := w.trouble[ns]
+	w.mu.Unlock()
+	return WorkerOutcome{Waiting: true, Message: trouble}, nil
 }
 
 // Retry takes the finished run off the board, so the next Run submits it
@@ -397,6 +406,8 @@ func (w *PoolWorkers) scale(ctx context.Context) error {
 	}
 	w.mu.Unlock()
 
+	w.diagnose(ctx, now)
+
 	var errs []error
 	for ns, n := range want {
 		w.mu.Lock()
@@ -428,6 +439,79 @@ func (w *PoolWorkers) scale(ctx context.Context) error {
 		w.mu.Unlock()
 	}
 	return errors.Join(errs...)
+}
+
+// troubleAfter is how long a namespace's runs wait with none in flight
+// before its pods are looked at; troubleEvery how often they are then.
+const (
+	troubleAfter = 15 * time.Second
+	troubleEvery = 10 * time.Second
+)
+
+// diagnose looks at the pods of each namespace whose runs have waited
+// troubleAfter with none in flight, and tells the waiting Sessions what
+// keeps the pods from taking them (Run's Waiting message) when that
+// changes: an operator reading `kubectl get session` learns of an image
+// that cannot be pulled or a worker that crashes without reading pods.
+func (w *PoolWorkers) diagnose(ctx context.Context, now time.Time) {
+	for _, s := range w.board.Namespaces(w.Settings.IdleTimeout + time.Minute) {
+		ns := s.Namespace
+		w.mu.Lock()
+		stuck := s.Waiting > 0 && s.Leased == 0 && now.Sub(w.board.OldestWaiting(ns)) > troubleAfter
+		due := now.Sub(w.troubleAt[ns]) > troubleEvery
+		if !stuck {
+			delete(w.trouble, ns)
+			delete(w.troubleAt, ns)
+		} else if due {
+			w.troubleAt[ns] = now
+		}
+		w.mu.Unlock()
+		if !stuck || !due {
+			continue
+		}
+		why := w.podTrouble(ctx, ns)
+		w.mu.Lock()
+		changed := w.trouble[ns] != why
+		w.trouble[ns] = why
+		w.mu.Unlock()
+		if changed {
+			for _, run := range w.board.WaitingRuns(ns) {
+				w.wake(types.NamespacedName{Namespace: ns, Name: run.Session})
+			}
+		}
+	}
+}
+
+// podTrouble says what is wrong with namespace's worker pods, "" if
+// nothing is seen (they may just be starting).
+func (w *PoolWorkers) podTrouble(ctx context.Context, namespace string) string {
+	pods := &corev1.PodList{}
+	if err := w.Reader.List(ctx, pods, client.InNamespace(namespace), client.MatchingLabels(poolLabels)); err != nil {
+		return ""
+	}
+	if len(pods.Items) == 0 {
+		return fmt.Sprintf("no worker pod exists yet (Deployment %s)", poolName)
+	}
+	for _, pod := range pods.Items {
+		for _, c := range pod.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Message != "" {
+				return derived.Truncate(fmt.Sprintf("pod %s is not scheduled: %s", pod.Name, c.Message), 300)
+			}
+		}
+		for _, cs := range pod.Status.ContainerStatuses {
+			if wt := cs.State.Waiting; wt != nil && wt.Reason != "" && wt.Reason != "ContainerCreating" {
+				msg := fmt.Sprintf("pod %s: %s", pod.Name, wt.Reason)
+				if last := cs.LastTerminationState.Terminated; last != nil {
+					msg += fmt.Sprintf(" (last exit %d, %s)", last.ExitCode, last.Reason)
+				}
+				if wt.Message != "" {
+					msg += ": " + wt.Message
+				}
+				return derived.Truncate(msg, 300)
+			}
+		}
+	}
+	return ""
 }
 
 // podsFor is how many pods busy runs need, within NamespaceRuns.

@@ -391,6 +391,8 @@ func (r *SessionReconciler) reconcileWork(ctx context.Context, s *sessionScope) 
 // running says where a run that has not finished is.
 func running(run WorkerRun, out WorkerOutcome) string {
 	switch {
+	case out.Waiting && out.Message != "":
+		return fmt.Sprintf("%s run %s waits for a worker pod of namespace %s: %s", run.Task, run.Name, run.Session.Namespace, out.Message)
 	case out.Waiting:
 		return fmt.Sprintf("%s run %s waits for a worker pod of namespace %s", run.Task, run.Name, run.Session.Namespace)
 	case out.Pod != "":

@@ -47,8 +47,9 @@ type WorkerOutcome struct {
 	// set, is when to look again instead of slotRetry.
 	Queued     bool
 	RetryAfter time.Duration
-	// Waiting: the run waits for a worker pod of its namespace (pool
-	// mode); Pod is the pod that holds or finished it.
+	// Waiting: the run waits for a worker pod of its namespace (pod
+	// mode), and Message says what is wrong with the pods if something is;
+	// Pod is the pod that holds or finished it.
 	Waiting bool
 	Pod     string
 }

@@ -129,6 +129,8 @@ type entry struct {
 	status   Status
 	lease    string
 	deadline time.Time
+	// since is when the run last joined its line.
+	since time.Time
 }
 
 // NewBoard returns an empty board.
@@ -192,7 +194,7 @@ func (b *Board) Submit(run Run) Status {
 			delete(b.runs, key)
 		}
 	}
-	e := &entry{Run: run, status: Status{State: Waiting}}
+	e := &entry{Run: run, status: Status{State: Waiting}, since: b.now()}
 	b.runs[k] = e
 	l := b.line(run.Namespace)
 	l.waiting = append(l.waiting, e)
@@ -387,7 +389,7 @@ func (b *Board) Expire() {
 			notes = append(notes, note{run: e.Run, st: e.status, finished: true})
 		} else {
 			// Done again at once, by whichever pod asks first.
-			e.status.State, e.status.Pod = Waiting, ""
+			e.status.State, e.status.Pod, e.since = Waiting, "", now
 			l.waiting = slices.Insert(l.waiting, 0, e)
 		}
 		l.settle(now)
@@ -402,6 +404,33 @@ func (b *Board) Expire() {
 			b.opts.Lost(n.run, n.st)
 		}
 	}
+}
+
+// OldestWaiting is when the run at the front of namespace's line was
+// submitted (or given back); the zero time if none waits.
+func (b *Board) OldestWaiting(namespace string) time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	l := b.namespaces[namespace]
+	if l == nil || len(l.waiting) == 0 {
+		return time.Time{}
+	}
+	return l.waiting[0].since
+}
+
+// WaitingRuns returns namespace's waiting runs, front first.
+func (b *Board) WaitingRuns(namespace string) []Run {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	l := b.namespaces[namespace]
+	if l == nil {
+		return nil
+	}
+	runs := make([]Run, 0, len(l.waiting))
+	for _, e := range l.waiting {
+		runs = append(runs, e.Run)
+	}
+	return runs
 }
 
 // NamespaceStats is one namespace's load.
