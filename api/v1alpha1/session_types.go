@@ -316,10 +316,11 @@ type WorkerRun struct {
 	// Task is assemble or replay.
 	// +kubebuilder:validation:Enum=assemble;replay
 	Task string `json:"task"`
-	// Name of the run; in job worker mode, the name of its Job.
+	// Name of the run: the Session, the task and a hash of what the run
+	// catches up with.
 	// +kubebuilder:validation:MaxLength=63
 	Name string `json:"name"`
-	// Pod is the worker pod doing the run (pool worker mode), once it has
+	// Pod is the worker pod doing the run (pod worker mode), once it has
 	// run for a second.
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
@@ -332,7 +333,7 @@ type WorkerRun struct {
 	// +optional
 	Message string `json:"message,omitempty"`
 	// FailedAttempt identifies the last failed attempt (in pod mode, the
-	// failed Job's UID), so that each failure is counted once.
+	// lease that failed), so that each failure is counted once.
 	// +kubebuilder:validation:MaxLength=64
 	// +optional
 	FailedAttempt string `json:"failedAttempt,omitempty"`
