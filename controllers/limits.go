@@ -42,8 +42,8 @@ type Limits struct {
 	// wait, coalesced, in the namespace's queue.
 	NamespaceReconcileRate  float64
 	NamespaceReconcileBurst int
-	// NamespaceWorkerRuns is how many worker runs (Jobs, or runs inside
-	// the manager) one namespace may have going at once.
+	// NamespaceWorkerRuns is how many worker runs (on worker pods, or
+	// inside the manager) one namespace may have going at once.
 	NamespaceWorkerRuns int
 	// LocalWorkerRuns is how many worker runs the manager runs inside its
 	// own process at once (local worker mode).
@@ -113,11 +113,11 @@ var (
 	}, []string{"controller", "limit"})
 	slotsQueued = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "turnlog_slot_waits_total",
-		Help: "Worker runs and fork copies that could not start at once, by what they waited for (worker-runs, namespace-worker-runs, local-worker-runs, fork-copies, namespace-fork-copies).",
+		Help: "Worker runs and fork copies that could not start at once, by what they waited for (namespace-worker-runs, local-worker-runs, fork-copies, namespace-fork-copies; local worker mode and fork copies).",
 	}, []string{"limit"})
 	// localRunSeconds: a local run holds a slot of the manager's for its
 	// whole length, so it is what another namespace's run may wait behind.
-	// (A worker Job's length is its own: kube-state-metrics has it.)
+	// (A worker pod's runs are in turnlog_worker_run_seconds.)
 	localRunSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "turnlog_local_worker_run_seconds",
 		Help:    "How long a worker run inside the manager (--worker-mode=local) took, by task; each held a local worker slot that long.",

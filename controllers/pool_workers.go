@@ -60,6 +60,9 @@ type PoolSettings struct {
 	IdleTimeout time.Duration
 	// MaxRunTime bounds one run; a run past it is given up as lost.
 	MaxRunTime time.Duration
+	// Namespaces are the namespaces the manager watches (--watch-namespace);
+	// empty: every namespace.
+	Namespaces []string
 }
 
 // Defaults of PoolSettings.
@@ -120,7 +123,7 @@ type PoolWorkers struct {
 	troubleAt map[string]time.Time
 }
 
-// newPoolWorkers returns pool workers that wake Sessions through wake.
+// newPoolWorkers returns worker pods that wake Sessions through wake.
 func newPoolWorkers(c client.Client, reader client.Reader, s PoolSettings, namespaceRuns int, wake func(types.NamespacedName)) (*PoolWorkers, error) {
 	switch {
 	case s.Image == "":
@@ -363,16 +366,26 @@ func (*PoolWorkers) NeedLeaderElection() bool { return true }
 // adopt takes over the worker Deployments a previous manager left: they
 // are scaled as this manager's runs need, and removed once idle.
 func (w *PoolWorkers) adopt(ctx context.Context) {
-	list := &appsv1.DeploymentList{}
-	if err := w.Reader.List(ctx, list, client.MatchingLabels(poolLabels)); err != nil {
-		logf.FromContext(ctx).Error(err, "listing worker Deployments a previous manager left")
-		return
+	// A manager watching some namespaces may list only in those.
+	scopes := []client.ListOption{}
+	for _, ns := range w.Settings.Namespaces {
+		scopes = append(scopes, client.InNamespace(ns))
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, d := range list.Items {
-		w.applied[d.Namespace] = -1 // unknown: set at the next look
-		w.lastBusy[d.Namespace] = time.Now()
+	if len(scopes) == 0 {
+		scopes = append(scopes, client.InNamespace(""))
+	}
+	for _, scope := range scopes {
+		list := &appsv1.DeploymentList{}
+		if err := w.Reader.List(ctx, list, scope, client.MatchingLabels(poolLabels)); err != nil {
+			logf.FromContext(ctx).Error(err, "listing worker Deployments a previous manager left")
+			continue
+		}
+		w.mu.Lock()
+		for _, d := range list.Items {
+			w.applied[d.Namespace] = -1 // unknown: set at the next look
+			w.lastBusy[d.Namespace] = time.Now()
+		}
+		w.mu.Unlock()
 	}
 }
 
@@ -384,8 +397,13 @@ func (w *PoolWorkers) scale(ctx context.Context) error {
 	now := time.Now()
 	want := map[string]int32{}
 	w.mu.Lock()
+	onBoard := map[string]bool{}
 	for _, s := range w.board.Namespaces(w.Settings.IdleTimeout + time.Minute) {
+		onBoard[s.Namespace] = true
 		busy := s.Waiting + s.Leased
+		if cur, known := w.applied[s.Namespace]; known && cur == 0 && busy == 0 {
+			continue // its pods are removed: left alone until it has work again
+		}
 		poolRunsWaiting.WithLabelValues(s.Namespace).Set(float64(s.Waiting))
 		poolRunsInFlight.WithLabelValues(s.Namespace).Set(float64(s.Leased))
 		if busy > 0 {
@@ -402,6 +420,11 @@ func (w *PoolWorkers) scale(ctx context.Context) error {
 	for ns, at := range w.lastBusy {
 		if now.Sub(at) > w.Settings.IdleTimeout {
 			want[ns] = 0
+		}
+	}
+	for ns, n := range w.applied {
+		if n == 0 && !onBoard[ns] {
+			delete(w.applied, ns) // forgotten with the board's line
 		}
 	}
 	w.mu.Unlock()
@@ -422,7 +445,7 @@ func (w *PoolWorkers) scale(ctx context.Context) error {
 		}
 		w.mu.Lock()
 		if n == 0 {
-			delete(w.applied, ns)
+			w.applied[ns] = 0
 			delete(w.lastBusy, ns)
 			for k := range w.lostWhy {
 				if k.Namespace == ns {

@@ -65,6 +65,12 @@ type SessionReconciler struct {
 	// only the LogOrphaned Event says where they are.
 	orphans *orphanLedger
 
+	// APIReader reads a Session the cache is behind on (catchUp); written
+	// is the resourceVersion of each Session's last status write (key:
+	// UID).
+	APIReader client.Reader
+	written   sync.Map
+
 	// reported remembers the last results each Session's Events were raised
 	// for (key: UID, then the task or failed run), because the status a reconcile starts from
 	// may come from a cache that has not seen the previous reconcile's
@@ -107,6 +113,9 @@ func (r *SessionReconciler) reconcile(ctx context.Context, req ctrl.Request) out
 	if err := r.Get(ctx, req.NamespacedName, session); err != nil {
 		return outcome.Retry(client.IgnoreNotFound(err))
 	}
+	if err := r.catchUp(ctx, session); err != nil {
+		return outcome.Retry(client.IgnoreNotFound(err))
+	}
 	r.queue.reportHeld(req, session, r.Recorder)
 	if !session.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(ctx, session)
@@ -138,6 +147,25 @@ func (r *SessionReconciler) reconcile(ctx context.Context, req ctrl.Request) out
 		err = errors.Join(err, perr)
 	}
 	return r.outcome(s, err)
+}
+
+// catchUp reads the Session from the API server instead of the cache when
+// the cache has not shown this manager's last status write of it. A worker
+// run ends milliseconds after the reconcile that started it patched the
+// status, and the reconcile it wakes would otherwise start from the status
+// before that patch: a merge patch against it leaves out the fields that
+// look unchanged, and the status the previous patch wrote (a run waiting)
+// would stay until the next poll.
+func (r *SessionReconciler) catchUp(ctx context.Context, session *turnlogv1.Session) error {
+	written, ok := r.written.Load(session.UID)
+	if !ok || written == session.ResourceVersion || r.APIReader == nil {
+		return nil
+	}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(session), session); err != nil {
+		return err
+	}
+	r.written.Store(session.UID, session.ResourceVersion)
+	return nil
 }
 
 // runSteps runs the steps until one fails or settles the Ready condition.
@@ -302,7 +330,8 @@ func (s *sessionScope) settled() int64 {
 }
 
 // reconcileWork runs the pending work: in local mode to the end, assembly
-// then replay; in pod mode one Job at a time, looking again when it ends.
+// then replay; in pod mode one run at a time on a worker pod, looking again
+// when it ends.
 func (r *SessionReconciler) reconcileWork(ctx context.Context, s *sessionScope) error {
 	if s.pending == "" {
 		s.session.Status.Worker = nil
@@ -516,6 +545,7 @@ func (r *SessionReconciler) patchStatus(ctx context.Context, s *sessionScope, re
 	if err := r.Status().Patch(ctx, s.session, client.MergeFrom(base)); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("patch status: %w", err)
 	}
+	r.written.Store(s.session.UID, s.session.ResourceVersion)
 	return nil
 }
 

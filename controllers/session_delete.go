@@ -45,6 +45,7 @@ func (r *SessionReconciler) reconcileDelete(ctx context.Context, session *turnlo
 		// which is idempotent.
 		return outcome.Retry(client.IgnoreNotFound(ignoreConflict(err)))
 	}
+	r.written.Delete(session.UID)
 	prefix := string(session.UID) + "/"
 	r.reported.Range(func(key, _ any) bool {
 		if strings.HasPrefix(key.(string), prefix) {

@@ -129,7 +129,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 		return err
 	}
 	sessions := &SessionReconciler{
-		Client: mgr.GetClient(), Recorder: recorder, Stores: cfg.Stores,
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Stores: cfg.Stores,
 		PollInterval: cfg.PollInterval, MaxPollInterval: cfg.MaxPollInterval,
 		MaxWorkerFailures: cfg.WorkerMaxFailures, DeletionTimeout: cfg.DeletionTimeout,
 		StoreTimeout: cfg.StoreTimeout, queue: &fairQueue{limits: limits}, watchdog: watch,

@@ -23,7 +23,7 @@ type WorkerRun struct {
 	Session *turnlogv1.Session
 	Name    string
 	// Invocation is everything the worker is told, through its command
-	// line in a Job's pod and in this process alike.
+	// line on a worker pod and in this process alike.
 	worker.Invocation
 	// Store is the name of the Session's store, the one Invocation.StoreURL
 	// opens.
@@ -54,9 +54,8 @@ type WorkerOutcome struct {
 	Pod     string
 }
 
-// Workers runs worker tasks: in-process (LocalWorkers), as Jobs
-// (JobWorkers) or on worker pods that stay while a namespace is busy
-// (PoolWorkers).
+// Workers runs worker tasks: in-process (LocalWorkers) or on worker pods
+// that stay while a namespace is busy (PoolWorkers).
 type Workers interface {
 	// Run starts the run or reports on it; it may return before the run is
 	// done, and is called again on the next reconcile.
@@ -116,8 +115,8 @@ func (w *LocalWorkers) Run(ctx context.Context, run WorkerRun) (WorkerOutcome, e
 	return WorkerOutcome{Done: true, Attempt: fmt.Sprintf("local-%d", time.Now().UnixNano())}, nil
 }
 
-// runInProcess runs the command line a Job would carry for run, parsed as
-// the worker pod parses it, on the log this process holds for the run. The
+// runInProcess runs the command line a worker pod would be handed for
+// run, parsed as the worker pod parses it, on the log this process holds for the run. The
 // log must be the one the command line names: a field lost on the way
 // shows here, in every envtest spec that replays, not only in pods.
 func runInProcess(ctx context.Context, run WorkerRun) (derived.Summary, error) {

@@ -248,7 +248,7 @@ func (f *managerFlags) poolSettings(resources corev1.ResourceRequirements) (cont
 	return controllers.PoolSettings{
 		Image: f.workerImage, ServiceAccount: f.workerSA, CredentialsSecret: f.workerSecret, Resources: resources,
 		Endpoint: endpoint, Listen: f.workerListen,
-		RunsPerPod: f.workerPodRuns, IdleTimeout: f.workerIdle, MaxRunTime: f.workerDeadline,
+		RunsPerPod: f.workerPodRuns, IdleTimeout: f.workerIdle, MaxRunTime: f.workerDeadline, Namespaces: f.namespaces,
 	}, nil
 }
 

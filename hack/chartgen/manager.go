@@ -10,7 +10,7 @@ import (
 const credentialsFlag = "--worker-credentials-secret="
 
 // templateManager puts the values into the manager Deployment: its image
-// (and the worker Jobs', the same), resources, arguments and credentials
+// (and the worker pods', the same), resources, arguments and credentials
 // Secret, and records config/'s settings of them as the defaults. A
 // Deployment whose shape chartgen does not know fails, rather than a
 // setting silently staying fixed in the chart.

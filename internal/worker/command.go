@@ -9,7 +9,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"github.com/turnlog/turnlog/internal/derived"
@@ -19,14 +18,15 @@ import (
 	"github.com/turnlog/turnlog/internal/turnlog"
 )
 
-// maxTerminationMessage is the kubelet's limit on a termination message.
-const maxTerminationMessage = 4096
+// maxSummaryMessage bounds the summary a pod reports as a run's result:
+// the manager keeps only a line of it.
+const maxSummaryMessage = 4096
 
 // Invocation is one worker run as its command line carries it: everything
-// a worker is told. A Job's pod gets Args as its container arguments, and
-// the manager's in-process runs parse the same arguments (Execute), so
-// whatever reaches a local run has been through the command line a Job
-// would carry. A field added here and not bound in flags fails
+// a worker is told. A worker pod is handed Args for each run, and the
+// manager's in-process runs parse the same arguments (Execute), so
+// whatever reaches a local run has been through the command line a pod
+// is handed. A field added here and not bound in flags fails
 // TestInvocationRoundTrip.
 type Invocation struct {
 	Task derived.Task
@@ -39,9 +39,6 @@ type Invocation struct {
 	// SentKeptThrough is a fork child's cut (spec.forkedFrom.cutSeq): the
 	// responses through it were requested by the source's host.
 	SentKeptThrough int64
-	// TerminationMessagePath is the file a pod's worker leaves its summary
-	// or failure in for the kubelet; empty for a run in the manager.
-	TerminationMessagePath string
 }
 
 // flags binds every flag of the worker command line to a field of inv:
@@ -59,7 +56,6 @@ func (inv *Invocation) flags(fs *flag.FlagSet) {
 	fs.StringVar(&inv.Target.ReleaseLine, "target-release-line", "", `pi-ai release line whose rules replay follows: "1" or "0.73"; empty: the log's, else "1"`)
 	fs.StringVar(&inv.Target.RefusedBlocks, "target-refused-blocks", "", `what replay does with thinking blocks the provider refused: "Keep" (as pi does; empty) or "Drop"`)
 	fs.Int64Var(&inv.SentKeptThrough, "sent-kept-through", 0, "a fork's cut: the responses through this seq were requested by the source's host, with every block kept")
-	fs.StringVar(&inv.TerminationMessagePath, "termination-message-path", "", "file to leave the summary or the failure in, for the pod's status")
 }
 
 // Args is the invocation's command line after the binary's name:
@@ -166,10 +162,11 @@ func Execute(ctx context.Context, inv Invocation, open Opener) (derived.Summary,
 	return Run(ctx, inv.Task, log, inv.Target)
 }
 
-// Command is `turnlog worker assemble|replay [flags]`, the entrypoint of a
-// worker Job's pod (and `turnlog worker serve`, a pool worker pod's: Serve): it runs the task over the Session's log, prints the Summary
-// as JSON, and leaves it (or the failure) in the termination message file.
-// It returns the process exit code: 0 success, 1 failure, 2 usage.
+// Command is `turnlog worker assemble|replay [flags]`: it runs the task
+// over the Session's log, as a worker pod runs a run it is handed, and
+// prints the Summary as JSON. `turnlog worker serve` is a worker pod's
+// entrypoint (Serve). It returns the process exit code: 0 success, 1
+// failure, 2 usage.
 func Command(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "serve" {
 		return Serve(ctx, args[1:], stderr)
@@ -184,22 +181,20 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		msg := fmt.Sprintf("%s %s: %v", inv.Task, inv.Location, err)
 		fmt.Fprintf(stderr, "turnlog worker: %s\n", strings.ReplaceAll(msg, "\n", " "))
-		writeTermination(inv.TerminationMessagePath, []byte(msg), stderr)
 		return 1
 	}
 	data, _ := json.Marshal(sum) // a derived.Summary always encodes
 	fmt.Fprintln(stdout, string(data))
-	writeTermination(inv.TerminationMessagePath, terminationSummary(sum), stderr)
 	return 0
 }
 
-// terminationSummary is the summary as the termination message holds it:
-// whole when it fits, else without the lists of refused blocks' seqs,
-// which a badly refused log fills past the kubelet's limit. A Session's
-// status reads them from the checkpoint, not from the message.
-func terminationSummary(sum derived.Summary) []byte {
+// summaryMessage is the summary as a run's result carries it: whole when
+// it fits, else without the lists of refused blocks' seqs, which a badly
+// refused log fills past maxSummaryMessage. A Session's status reads them
+// from the checkpoint, not from the message.
+func summaryMessage(sum derived.Summary) []byte {
 	data, _ := json.Marshal(sum)
-	if len(data) <= maxTerminationMessage || sum.Replay == nil {
+	if len(data) <= maxSummaryMessage || sum.Replay == nil {
 		return data
 	}
 	c := *sum.Replay
@@ -207,19 +202,4 @@ func terminationSummary(sum derived.Summary) []byte {
 	sum.Replay = &c
 	data, _ = json.Marshal(sum)
 	return data
-}
-
-// writeTermination leaves msg where the kubelet reads the termination
-// message; failing to is reported but does not fail the run, whose results
-// are in the store.
-func writeTermination(path string, msg []byte, stderr io.Writer) {
-	if path == "" {
-		return
-	}
-	if len(msg) > maxTerminationMessage {
-		msg = []byte(derived.Truncate(string(msg), maxTerminationMessage))
-	}
-	if err := os.WriteFile(path, msg, 0o644); err != nil {
-		fmt.Fprintf(stderr, "turnlog worker: writing the termination message: %v\n", err)
-	}
 }

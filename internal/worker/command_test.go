@@ -58,7 +58,7 @@ func TestInvocationRoundTrip(t *testing.T) {
 			Target: turnlog.Adapter{Kind: "pi-ai", API: "openai-responses", Provider: "openai", Model: "gpt-5", ReleaseLine: turnlog.ReleaseLine1}}},
 		{"replay under 0.73, a prefix with slashes, a model with spaces and =", Invocation{Task: derived.TaskReplay, StoreURL: "mem://",
 			Location: sessionlog.Location{Prefix: "tenants/a", Namespace: "ns", Session: "s", UID: "u"},
-			Target:   turnlog.Adapter{Model: "my model=fast", ReleaseLine: turnlog.ReleaseLine073}, TerminationMessagePath: "/dev/termination-log"}},
+			Target:   turnlog.Adapter{Model: "my model=fast", ReleaseLine: turnlog.ReleaseLine073}}},
 		{"replay for the log's own adapter", Invocation{Task: derived.TaskReplay, StoreURL: "mem://", Location: loc}},
 		{"a fork's child dropping refused blocks", Invocation{Task: derived.TaskReplay, StoreURL: "mem://", Location: loc,
 			Target: turnlog.Adapter{RefusedBlocks: turnlog.RefusedBlocksDrop}, SentKeptThrough: 41}},

@@ -17,7 +17,7 @@ import (
 	"github.com/turnlog/turnlog/internal/workerpool"
 )
 
-// Environment of a pool worker pod: what the manager's Deployment gives it.
+// Environment of a worker pod: what the manager's Deployment gives it.
 const (
 	// EnvToken holds the namespace's token (from the Secret turnlog-worker).
 	EnvToken = "TURNLOG_WORKER_TOKEN"
@@ -27,7 +27,7 @@ const (
 	EnvPod = "POD_NAME"
 )
 
-// Serve is `turnlog worker serve`, the entrypoint of a pool worker pod: it
+// Serve is `turnlog worker serve`, the entrypoint of a worker pod: it
 // takes its namespace's runs from the manager (workerpool) and does each
 // as `turnlog worker assemble|replay` would, until it is stopped. It
 // returns the process exit code: 0 stopped, 1 refused by the manager, 2
@@ -88,8 +88,7 @@ func Serve(ctx context.Context, args []string, stderr io.Writer) int {
 }
 
 // executeArgs runs one worker command line a pool pod was handed, for
-// namespace only: the summary as a Job's termination message holds it,
-// or the failure in the words a Job's would.
+// namespace only: the summary as its result carries it, or the failure.
 func executeArgs(ctx context.Context, args []string, namespace string, open Opener) (string, error) {
 	var usage strings.Builder
 	if len(args) == 0 || args[0] != "worker" {
@@ -106,7 +105,7 @@ func executeArgs(ctx context.Context, args []string, namespace string, open Open
 	if err != nil {
 		return "", fmt.Errorf("%s %s: %v", inv.Task, inv.Location, err)
 	}
-	return string(terminationSummary(sum)), nil
+	return string(summaryMessage(sum)), nil
 }
 
 // openStores keeps each store a pod opens for the pod's life: a run is

@@ -287,7 +287,7 @@ func TestReplayReportsEachDegradedMessageOnce(t *testing.T) {
 	}
 }
 
-func TestSummaryFitsATerminationMessage(t *testing.T) {
+func TestSummaryFitsAResultMessage(t *testing.T) {
 	sum := derived.Summary{Task: derived.TaskReplay, Replay: &derived.ReplayCounts{DegradedSeqs: map[string][]int64{}}}
 	for i := range 100 {
 		sum.Note(derived.Diagnostic{Seq: int64(1e15 + i), Cause: "malformed", Message: strings.Repeat("é", 500)})
@@ -305,8 +305,8 @@ func TestSummaryFitsATerminationMessage(t *testing.T) {
 		}
 	}
 	sum.Replay.RefusalsUnmapped = 1e15
-	data := terminationSummary(sum)
-	if len(data) > maxTerminationMessage || sum.NewTotal != 100 || len(sum.New) != derived.MaxNewDiagnostics {
+	data := summaryMessage(sum)
+	if len(data) > maxSummaryMessage || sum.NewTotal != 100 || len(sum.New) != derived.MaxNewDiagnostics {
 		t.Fatalf("summary of %d bytes, %d new of %d", len(data), len(sum.New), sum.NewTotal)
 	}
 }

@@ -6,8 +6,8 @@
 // the run ended. A run whose pod stops answering goes back to the front of
 // its line, to be done again by another pod.
 //
-// A run is a worker command line (worker.Invocation.Args): the same one a
-// Job's container or an in-process run carries. Nothing here knows
+// A run is a worker command line (worker.Invocation.Args): the one an
+// in-process run parses too. Nothing here knows
 // Kubernetes; the manager's controllers put the pods there.
 package workerpool
 

@@ -71,7 +71,7 @@ var containerNodeControllers = []string{
 
 // controllers are the kube-controller-manager controllers the cluster runs:
 // Jobs and their pods, Deployments and their ReplicaSets' pods (worker
-// pods in pool mode, a deployed manager), cleanup of finished Jobs,
+// pods, a deployed manager), cleanup of finished Jobs,
 // owner-reference garbage collection, terminated-pod cleanup, and
 // namespace deletion.
 var controllers = []string{

@@ -2,7 +2,7 @@
 Generated from config/ by hack/chartgen (make chart): edit config/, not this file.
 */}}
 
-{{/* The image of the manager and of the worker Jobs it starts. */}}
+{{/* The image of the manager and of the worker pods it runs. */}}
 {{- define "turnlog.image" -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag }}
 {{- end }}
