@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"strings"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -31,15 +32,18 @@ var _ = Describe("a worker container", func() {
 		DeferCleanup(func() { Expect(m.restartWith(workerImage)).To(Succeed()) })
 
 		const name = "probed"
-		uid := importSample(name)
+		importSample(name)
 		expectSessionShows(name, map[string]string{"HEAD": "22", "TURNS": "4", "DEGRADED": "1"})
 
-		By("reading a worker pod's report with kubectl logs")
-		pods := strings.Fields(kubectl("get", "pods", "-l", turnlogv1.LabelSession+"="+uid,
-			"-o", `jsonpath={range .items[?(@.status.phase=="Succeeded")]}{.metadata.name}{"\n"}{end}`))
-		Expect(pods).NotTo(BeEmpty())
-		logs := kubectl("logs", pods[0])
-		GinkgoWriter.Printf("kubectl logs %s:\n%s\n", pods[0], logs)
+		By("reading the report of the namespace's worker pod with kubectl logs")
+		var pod string
+		Eventually(func(g Gomega) {
+			pods := poolPodsOf(g, slowWorkerImage)
+			g.Expect(pods).NotTo(BeEmpty())
+			pod = pods[0]
+		}).Should(Succeed())
+		logs := kubectl("logs", pod)
+		GinkgoWriter.Printf("kubectl logs %s:\n%s\n", pod, logs)
 		report := map[string]bool{}
 		for _, line := range strings.Split(logs, "\n") {
 			if rest, ok := strings.CutPrefix(line, "workerprobe: "); ok {
@@ -57,38 +61,66 @@ var _ = Describe("a worker container", func() {
 			"service-account token absent",
 			"write /: open /workerprobe-write: read-only file system",
 		} {
-			Expect(report).To(HaveKey(want), "kubectl logs %s:\n%s", pods[0], logs)
+			Expect(report).To(HaveKey(want), "kubectl logs %s:\n%s", pod, logs)
 		}
+		By("seeing the probe become the worker: its log goes on as turnlog worker serve's")
+		Expect(logs).To(ContainSubstring("turnlog worker: taking namespace " + env.namespace + "'s runs from " + m.endpoint()))
 	})
 })
 
+// poolPodsOf returns the Running worker pods of the suite's namespace that
+// run image.
+func poolPodsOf(g Gomega, image string) []string {
+	out, err := tryKubectl("get", "pods", "-l", poolWorkerLabel,
+		"-o", `jsonpath={range .items[?(@.status.phase=="Running")]}{.metadata.name} {.spec.containers[0].image}{"\n"}{end}`)
+	g.Expect(err).NotTo(HaveOccurred())
+	var pods []string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if name, img, ok := strings.Cut(line, " "); ok && img == image {
+			pods = append(pods, name)
+		}
+	}
+	return pods
+}
+
+// A worker that runs out of memory during a run: its container is
+// OOM-killed and its lease lost; the run is done again, and after three
+// leases lost so, it fails as an attempt the Session reports with the
+// pod's OOMKilled.
 var _ = Describe("a worker over its memory limit", func() {
-	It("is OOM-killed and reported in status.worker and a WorkerFailed Event", func() {
+	It("is OOM-killed during a run and reported in status.worker and a WorkerFailed Event", func() {
 		m := needContainerNode()
-		By("running the manager with workers that allocate past a 32Mi limit")
+		By("running the manager with workers that take a run and allocate past a 32Mi limit")
 		Expect(m.restartWith(oomWorkerImage, "--worker-memory-limit=32Mi")).To(Succeed())
 		DeferCleanup(func() { Expect(m.restartWith(workerImage)).To(Succeed()) })
 
 		const name = "oom"
-		uid := importSample(name)
+		importSample(name)
 
-		By("seeing the worker container terminated as OOMKilled")
+		By("seeing a worker container terminated as OOMKilled")
 		Eventually(func() (string, error) {
-			return tryKubectl("get", "pods", "-l", turnlogv1.LabelSession+"="+uid,
-				"-o", `jsonpath={range .items[*]}{.status.containerStatuses[0].state.terminated.reason}{" "}{end}`)
+			return tryKubectl("get", "pods", "-l", poolWorkerLabel,
+				"-o", `jsonpath={range .items[*]}{.status.containerStatuses[0].state.terminated.reason} {.status.containerStatuses[0].lastState.terminated.reason} {end}`)
 		}).Should(ContainSubstring("OOMKilled"))
 
+		// Each lease is given up 10 s after its pod was killed, and the
+		// run fails once it has lost three: half a minute at least, more
+		// with the pods' starts on a busy machine.
 		By("seeing the failure in status.worker and a WorkerFailed Event")
 		Eventually(func(g Gomega) {
 			out, err := jsonpath("session", name, "{.status.worker.task} {.status.worker.failures}|{.status.worker.message}")
 			g.Expect(err).NotTo(HaveOccurred())
 			counts, message, _ := strings.Cut(out, "|")
-			g.Expect(strings.Fields(counts)).To(HaveExactElements(Equal("assemble"), Not(Equal("0"))))
-			g.Expect(message).To(ContainSubstring("OOMKilled"))
-		}).Should(Succeed())
+			g.Expect(strings.Fields(counts)).To(HaveExactElements(Equal("assemble"), Not(Equal("0"))), out)
+			g.Expect(message).To(MatchRegexp(`pod \S+: OOMKilled: over its memory limit`), out)
+		}).WithTimeout(5 * time.Minute).WithPolling(time.Second).Should(Succeed())
 		Eventually(func() (string, error) {
 			return tryKubectl("get", "events", "--field-selector", "reason="+turnlogv1.EventWorkerFailed+",involvedObject.name="+name,
 				"-o", "jsonpath={.items[*].message}")
 		}).Should(ContainSubstring("OOMKilled"))
+		GinkgoWriter.Printf("status.worker: %s\n", kubectl("get", "session", name, "-o", "jsonpath={.status.worker}"))
+		for _, line := range lostLeases(m, "") {
+			GinkgoWriter.Println("manager: " + line)
+		}
 	})
 })

@@ -101,7 +101,7 @@ var _ = Describe("the one-file install of the locally built image", func() {
 			return tryKubectl("get", "events", "-n", namespace, "--field-selector", "reason="+turnlogv1.EventOrphanedLogDeleted, "-o", "jsonpath={.items[*].message}")
 		}).Should(Equal("deleted the log Session e2e-orphans/gone left at default:e2e-orphans/gone/" + orphanUID + " (2 objects)"))
 
-		expectDeployedManagerReconciles("deployed")
+		expectDeployedManagerReconciles(namespace, "deployed")
 	})
 })
 
@@ -147,14 +147,25 @@ func expectNoManagerPods(namespace string) {
 }
 
 // expectDeployedManagerReconciles imports the sample as Session name and
-// forks it: the deployed manager reconciles both, its workers replaying
-// the child.
-func expectDeployedManagerReconciles(name string) {
+// forks it: the deployed manager in namespace reconciles both, its worker
+// pods, which dial the manager's pod on port 9444, replaying the child.
+func expectDeployedManagerReconciles(namespace, name string) {
 	GinkgoHelper()
 	child := name + "-retry"
 	By("importing a Session the deployed manager reconciles")
 	importSample(name)
 	expectSessionShows(name, map[string]string{"HEAD": "22", "TURNS": "4", "DEGRADED": "1"})
+
+	By("seeing the suite's namespace's worker pods dial the manager's pod at its address, port 9444")
+	Eventually(func(g Gomega) {
+		ip, err := tryKubectl("get", "pods", "-n", namespace, "-l", "app.kubernetes.io/component=manager",
+			"-o", `jsonpath={range .items[?(@.status.phase=="Running")]}{.status.podIP}{"\n"}{end}`)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(strings.Fields(ip)).To(HaveLen(1), "the manager's Running pods' addresses: %q", ip)
+		args, err := jsonpath("deployment", poolWorkerName, "{.spec.template.spec.containers[0].args}")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(args).To(ContainSubstring(`"--endpoint=https://`+strings.TrimSpace(ip)+`:9444"`))
+	}).Should(Succeed())
 
 	By("forking it: the deployed manager makes the child, and its workers replay it")
 	fork := "apiVersion: turnlog.dev/v1alpha1\nkind: SessionFork\nmetadata:\n  name: " + child +

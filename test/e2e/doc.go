@@ -1,7 +1,7 @@
 // Package e2e is turnlog's end-to-end suite: it drives the built `turnlog`
-// binary and the real `kubectl` against a cluster whose worker Jobs really
-// run, and asserts what a user sees — pods Running then Succeeded, Session
-// and SessionFork status, exported logs and Events.
+// binary and the real `kubectl` against a cluster whose worker pods really
+// run, and asserts what a user sees — each busy namespace's worker pods
+// Running, Session and SessionFork status, exported logs and Events.
 //
 // By default the suite starts everything itself: a local cluster from
 // test/localcluster (its node runs pods as local processes), a file://

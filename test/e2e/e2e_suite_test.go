@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -25,12 +27,14 @@ import (
 
 // Worker images. On the container node they are built from the
 // Dockerfile's recipe (e2ebuild); on the process node they map to the
-// built binary, a script that sleeps first, and nothing.
+// built binary, a script that sleeps first, nothing, and the built
+// workerprobe holding each run.
 const (
-	workerImage     = e2ebuild.WorkerImage
-	slowWorkerImage = e2ebuild.SlowWorkerImage
-	oomWorkerImage  = e2ebuild.OOMWorkerImage
-	slowWorkerDelay = "5"
+	workerImage         = e2ebuild.WorkerImage
+	slowWorkerImage     = e2ebuild.SlowWorkerImage
+	oomWorkerImage      = e2ebuild.OOMWorkerImage
+	slowRunsWorkerImage = e2ebuild.SlowRunsWorkerImage
+	slowWorkerDelay     = "5"
 )
 
 // workerCredentialsSecret is the Secret config/manager tells the deployed
@@ -65,8 +69,9 @@ func TestE2E(t *testing.T) {
 }
 
 var _ = BeforeSuite(func(ctx SpecContext) {
-	// Worker pods, the Job controller and the manager all take their time
-	// on a busy 2-core machine; every wait is an Eventually, never a sleep.
+	// Worker pods, the Deployment controller and the manager all take
+	// their time on a busy 2-core machine; every wait is an Eventually,
+	// never a sleep.
 	SetDefaultEventuallyTimeout(90 * time.Second)
 	SetDefaultEventuallyPollingInterval(500 * time.Millisecond)
 
@@ -145,15 +150,19 @@ var _ = AfterSuite(func() {
 	}
 })
 
-// On failure, print what explains it: the objects as kubectl shows them
-// and the manager's log.
+// On failure, print what explains it: the objects as kubectl shows them,
+// the worker pods' logs and the manager's log.
 var _ = AfterEach(func() {
 	if !CurrentSpecReport().Failed() || env.kubeconfig == "" {
 		return
 	}
+	const kinds = "sessions,sessionforks,deployments,pods,events"
 	out, _ := exec.Command(env.kubectl, "--kubeconfig", env.kubeconfig, "-n", env.namespace,
-		"get", "sessions,sessionforks,jobs,pods,events", "-o", "wide").CombinedOutput()
-	GinkgoWriter.Printf("\n--- kubectl get sessions,sessionforks,jobs,pods,events -n %s\n%s", env.namespace, out)
+		"get", kinds, "-o", "wide").CombinedOutput()
+	GinkgoWriter.Printf("\n--- kubectl get %s -n %s\n%s", kinds, env.namespace, out)
+	out, _ = exec.Command(env.kubectl, "--kubeconfig", env.kubeconfig, "-n", env.namespace,
+		"logs", "-l", poolWorkerLabel, "--prefix", "--tail=40").CombinedOutput()
+	GinkgoWriter.Printf("\n--- worker pod logs\n%s", out)
 	if env.manager != nil {
 		GinkgoWriter.Printf("\n--- manager log\n%s\n", env.manager.logTail(300))
 	}
@@ -162,6 +171,9 @@ var _ = AfterEach(func() {
 // startLocalCluster starts the local cluster, the store and the manager in
 // pod worker mode: with E2E_NODE=container, a container node and versitygw
 // on the pod network; by default, the process node and a file:// store.
+// The manager serves its worker pods on a port of the node's address (the
+// pod network's, or 127.0.0.1 where pods are local processes), the same
+// for every start of the suite's manager.
 func startLocalCluster(ctx context.Context, tmp string, built e2ebuild.Artifacts) {
 	switch node := os.Getenv("E2E_NODE"); node {
 	case "container":
@@ -177,13 +189,18 @@ func startLocalCluster(ctx context.Context, tmp string, built e2ebuild.Artifacts
 	slow := filepath.Join(tmp, "turnlog-slow")
 	script := "#!/bin/sh\nsleep " + slowWorkerDelay + "\nexec '" + env.turnlog + `' "$@"` + "\n"
 	Expect(os.WriteFile(slow, []byte(script), 0o755)).To(Succeed())
+	// Workers that hold each run a while: the probe, doing runs with the
+	// built binary rather than the image's /turnlog.
+	slowRuns := filepath.Join(tmp, "turnlog-slow-runs")
+	script = "#!/bin/sh\nWORKERPROBE_TURNLOG='" + env.turnlog + "' exec '" + built.Workerprobe + `' --slow-runs "$@"` + "\n"
+	Expect(os.WriteFile(slowRuns, []byte(script), 0o755)).To(Succeed())
 
 	startCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	cluster, err := localcluster.Start(startCtx, localcluster.Options{
 		CRDDirectoryPaths: []string{filepath.Join(env.root, "config", "crd", "bases")},
 		ManifestPaths:     []string{filepath.Join(env.root, "config", "admission", "forkedfrom_policy.yaml")},
-		Images:            map[string]string{workerImage: env.turnlog, slowWorkerImage: slow},
+		Images:            map[string]string{workerImage: env.turnlog, slowWorkerImage: slow, slowRunsWorkerImage: slowRuns},
 	})
 	Expect(err).NotTo(HaveOccurred())
 	env.cluster = cluster
@@ -194,13 +211,14 @@ func startLocalCluster(ctx context.Context, tmp string, built e2ebuild.Artifacts
 	Expect(os.MkdirAll(storeDir, 0o755)).To(Succeed())
 	env.storeURL = "file://" + storeDir
 
-	By("starting the manager")
 	m := &localManager{
 		bin:        env.turnlog,
 		kubeconfig: env.kubeconfig,
 		storeURL:   env.storeURL,
 		logPath:    filepath.Join(tmp, "manager.log"),
+		workerAddr: net.JoinHostPort(cluster.NodeIP, strconv.Itoa(freeHostPort(cluster.NodeIP))),
 	}
+	By("starting the manager, serving worker pods on " + m.workerAddr)
 	Expect(m.start(workerImage)).To(Succeed())
 	env.manager = m
 }
@@ -233,14 +251,16 @@ func startContainerCluster(ctx context.Context, tmp string, built e2ebuild.Artif
 	Expect(os.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)).To(Succeed())
 	env.storeCredentials = map[string]string{"AWS_ACCESS_KEY_ID": srv.AccessKey, "AWS_SECRET_ACCESS_KEY": srv.SecretKey}
 
-	By("starting the manager")
 	m := &localManager{
 		bin:        env.turnlog,
 		kubeconfig: env.kubeconfig,
 		storeURL:   env.storeURL,
 		logPath:    filepath.Join(tmp, "manager.log"),
 		args:       []string{"--worker-credentials-secret=" + workerCredentialsSecret},
+		// Pods reach this host at its address on the pod network.
+		workerAddr: net.JoinHostPort(cluster.NodeIP, strconv.Itoa(freeHostPort(cluster.NodeIP))),
 	}
+	By("starting the manager, serving worker pods on " + m.workerAddr)
 	Expect(m.start(workerImage)).To(Succeed())
 	env.manager = m
 }

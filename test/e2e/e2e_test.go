@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -34,7 +35,7 @@ func readSample() []byte {
 }
 
 // importSample imports the sample log as Session name and returns the
-// Session's UID, which labels its worker Jobs and pods.
+// Session's UID.
 func importSample(name string) string {
 	GinkgoHelper()
 	Expect(turnlog("import", "--session", name, filepath.Join(env.root, sampleFile))).
@@ -55,15 +56,14 @@ func expectSessionShows(name string, columns map[string]string) {
 	}).Should(Succeed())
 }
 
-// The sample as a user meets it: imported, worked on by worker pods,
-// forked and reported.
+// The sample as a user meets it: imported, worked on by its namespace's
+// worker pods, forked and reported.
 var _ = Describe("the sample session", Ordered, func() {
 	const source, child = "support-chat", "support-chat-retry"
 	var (
 		sample    []byte
 		sourceLog string
 		recorder  *podRecorder
-		uid       string
 	)
 
 	BeforeAll(func() {
@@ -72,40 +72,52 @@ var _ = Describe("the sample session", Ordered, func() {
 		// the import leads to from its creation on.
 		ctx, cancel := context.WithCancel(context.Background())
 		DeferCleanup(cancel)
-		recorder = recordWorkerPods(ctx)
-		uid = importSample(source)
+		recorder = recordPods(ctx)
+		importSample(source)
 	})
 
-	It("runs worker pods to completion and reports the log in kubectl get session", func() {
-		By("seeing the assemble and the replay pod Running, then Succeeded")
-		Eventually(func(g Gomega) {
-			completed := map[string]bool{}
-			for _, pod := range recorder.forSession(uid) {
-				g.Expect(pod.phases).NotTo(ContainElement(corev1.PodFailed), "pod %s", pod.name)
-				running := slices.Index(pod.phases, corev1.PodRunning)
-				succeeded := slices.Index(pod.phases, corev1.PodSucceeded)
-				if running >= 0 && succeeded > running {
-					completed[pod.task] = true
-				}
-			}
-			g.Expect(completed).To(HaveKey("assemble"))
-			g.Expect(completed).To(HaveKey("replay"))
-		}).Should(Succeed())
-		for _, pod := range recorder.forSession(uid) {
-			GinkgoWriter.Printf("pod %s (%s): %v\n", pod.name, pod.task, pod.phases)
-		}
-
-		By("listing the worker pods as Completed")
-		out := kubectl("get", "pods", "-l", turnlogv1.LabelSession+"="+uid, "--no-headers")
-		lines := strings.Split(strings.TrimSpace(out), "\n")
-		Expect(len(lines)).To(BeNumerically(">=", 2), out)
-		for _, line := range lines {
-			Expect(strings.Fields(line)).To(HaveExactElements(
-				Not(BeEmpty()), Equal("0/1"), Equal("Completed"), Equal("0"), Not(BeEmpty())), out)
-		}
-
+	It("is worked on by the namespace's worker pod, not a Job, and reports the log in kubectl get session", func() {
 		By("showing head, turns and degraded messages in kubectl get session")
 		expectSessionShows(source, map[string]string{"HEAD": "22", "TURNS": "4", "LAST END": "stop", "DEGRADED": "1"})
+
+		By("seeing the namespace's worker pod Running, from the Deployment " + poolWorkerName)
+		var pool []string
+		Eventually(func(g Gomega) {
+			pool = nil
+			for _, pod := range recorder.seen() {
+				g.Expect(pod.session).To(BeEmpty(), "pod %s is labelled for one Session", pod.name)
+				if pod.pool {
+					g.Expect(pod.phases).NotTo(ContainElement(corev1.PodFailed), "pod %s", pod.name)
+					if slices.Contains(pod.phases, corev1.PodRunning) {
+						pool = append(pool, pod.name)
+					}
+				}
+			}
+			g.Expect(pool).NotTo(BeEmpty())
+		}).Should(Succeed())
+		for _, pod := range recorder.seen() {
+			GinkgoWriter.Printf("pod %s (worker pod: %t): %v\n", pod.name, pod.pool, pod.phases)
+		}
+		// It stays while the namespace is busy and for the idle timeout
+		// after: kubectl lists it Running and ready, the Deployment's.
+		Eventually(func(g Gomega) {
+			out, err := tryKubectl("get", "pods", "-l", poolWorkerLabel, "--no-headers")
+			g.Expect(err).NotTo(HaveOccurred())
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			g.Expect(lines).NotTo(BeEmpty(), out)
+			for _, line := range lines {
+				fields := strings.Fields(line)
+				g.Expect(len(fields)).To(BeNumerically(">=", 5), out)
+				g.Expect(fields[0]).To(HavePrefix(poolWorkerName+"-"), out)
+				g.Expect(fields[1:3]).To(HaveExactElements("1/1", "Running"), out)
+			}
+			ready, err := jsonpath("deployment", poolWorkerName, "{.status.readyReplicas}")
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(ready).To(Equal(strconv.Itoa(len(lines))))
+		}).Should(Succeed())
+
+		By("creating no Job")
+		Expect(kubectl("get", "jobs", "-o", "name")).To(BeEmpty())
 
 		By("exporting exactly the imported log")
 		sourceLog = turnlog("export", "--session", source)
@@ -155,49 +167,69 @@ var _ = Describe("the sample session", Ordered, func() {
 	})
 })
 
-var _ = Describe("a worker pod deleted while it runs", func() {
-	It("is replaced by its Job and the Session converges", func() {
+var _ = Describe("a worker pod killed while it holds a run", func() {
+	It("is replaced by its Deployment, the run is done again, and the Session converges", func() {
 		m, ok := env.manager.(*localManager)
 		if !ok {
-			Skip("needs the local node's slow worker image and a manager the suite starts; E2E_KUBECONFIG selects a deployed manager")
+			Skip("needs the slow-runs worker image and a manager the suite starts; E2E_KUBECONFIG selects a deployed manager")
 		}
-		By("running the manager with workers that start late")
-		Expect(m.restartWith(slowWorkerImage)).To(Succeed())
+		By("running the manager with worker pods that hold each run for a while")
+		Expect(m.restartWith(slowRunsWorkerImage)).To(Succeed())
 		DeferCleanup(func() { Expect(m.restartWith(workerImage)).To(Succeed()) })
 
-		const name = "pod-deleted"
-		uid := importSample(name)
+		const name = "pod-killed"
+		sample := readSample()
+		importSample(name)
 
-		By("deleting the first worker pod while it is Running")
-		var victim, job string
+		By("seeing a worker pod hold the Session's run in status.worker.pod")
+		var victim, run string
 		Eventually(func(g Gomega) {
-			out, err := tryKubectl("get", "pods", "-l", turnlogv1.LabelSession+"="+uid,
-				"-o", `jsonpath={range .items[?(@.status.phase=="Running")]}{.metadata.name} {.metadata.labels.batch\.kubernetes\.io/job-name}{"\n"}{end}`)
+			out, err := jsonpath("session", name, "{.status.worker.pod} {.status.worker.name}")
 			g.Expect(err).NotTo(HaveOccurred())
 			fields := strings.Fields(out)
-			g.Expect(fields).To(HaveLen(2))
-			victim, job = fields[0], fields[1]
+			g.Expect(fields).To(HaveLen(2), out)
+			victim, run = fields[0], fields[1]
+			g.Expect(victim).To(HavePrefix(poolWorkerName + "-"))
 		}).Should(Succeed())
-		kubectl("delete", "pod", victim)
 
-		By("seeing the Job run a new pod to completion")
+		By("kubectl delete pod --grace-period=0 --force of " + victim + " while it holds run " + run)
+		_, err := tryKubectl("delete", "pod", victim, "--grace-period=0", "--force")
+		Expect(err).NotTo(HaveOccurred())
+
+		By("seeing the Deployment replace it")
 		Eventually(func(g Gomega) {
-			out, err := tryKubectl("get", "pods", "-l", "batch.kubernetes.io/job-name="+job,
-				"-o", `jsonpath={range .items[?(@.status.phase=="Succeeded")]}{.metadata.name}{"\n"}{end}`)
+			out, err := tryKubectl("get", "pods", "-l", poolWorkerLabel,
+				"-o", `jsonpath={range .items[?(@.status.phase=="Running")]}{.metadata.name}{"\n"}{end}`)
 			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(strings.Fields(out)).To(HaveExactElements(Not(Equal(victim))))
+			g.Expect(strings.Fields(out)).To(ContainElement(And(HavePrefix(poolWorkerName+"-"), Not(Equal(victim)))))
 		}).Should(Succeed())
-		// The same Job counts the deleted pod as failed and its replacement
-		// as succeeded: the Job controller retried, not the manager.
-		// The Job's status catches up with its pods shortly after.
-		Eventually(func() (string, error) {
-			return jsonpath("job", job, "{.status.failed} {.status.succeeded}")
-		}).Should(Equal("1 1"))
 
-		By("seeing the Session converge")
+		By("seeing the manager give up the lost lease, and the run done again")
+		Eventually(func() []string {
+			return lostLeases(m, victim)
+		}).Should(ContainElement(ContainSubstring(`"run":"` + run + `"`)))
 		expectSessionShows(name, map[string]string{"HEAD": "22", "TURNS": "4", "DEGRADED": "1"})
+
+		By("counting no failed attempt, and losing nothing")
+		Expect(jsonpath("session", name, "{.status.worker.failures}")).To(BeElementOf("", "0"))
+		Expect([]byte(turnlog("export", "--session", name))).To(Equal(sample))
+		for _, line := range lostLeases(m, "") {
+			GinkgoWriter.Println("manager: " + line)
+		}
 	})
 })
+
+// lostLeases returns the lines the manager logged since its start about a
+// lease lost with its pod, of pod if it is not empty.
+func lostLeases(m *localManager, pod string) []string {
+	var out []string
+	for _, line := range strings.Split(m.logSinceStart(), "\n") {
+		if strings.Contains(line, "stopped answering during a run") && (pod == "" || strings.Contains(line, `"pod":"`+pod+`"`)) {
+			out = append(out, line)
+		}
+	}
+	return out
+}
 
 var _ = Describe("a fork inside a turn still streaming", func() {
 	It("waits with TurnInProgress and completes when turnlog append ends the turn", func() {

@@ -67,7 +67,7 @@ var _ = Describe("the Helm chart installed with helm (container node)", func() {
 		Expect(kubectl("get", "deployment", managerDeployment, "-n", namespace, "-o", `jsonpath={.metadata.labels.app\.kubernetes\.io/managed-by}`)).
 			To(Equal("Helm"))
 
-		expectDeployedManagerReconciles("helm-installed")
+		expectDeployedManagerReconciles(namespace, "helm-installed")
 
 		By("helm upgrade with new values: the manager rolls out with them and goes on reconciling")
 		upgraded, err := yaml.Marshal(map[string]any{
@@ -90,7 +90,7 @@ var _ = Describe("the Helm chart installed with helm (container node)", func() {
 		}).WithTimeout(3 * time.Minute).Should(And(
 			MatchRegexp(`^[^\n]*--namespace-worker-runs=2[^\n]*\n$`), ContainSubstring("--poll-interval=45s")))
 		expectManagerContainerRunning(namespace)
-		expectDeployedManagerReconciles("helm-upgraded")
+		expectDeployedManagerReconciles(namespace, "helm-upgraded")
 	})
 })
 

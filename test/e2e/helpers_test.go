@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"regexp"
@@ -120,28 +121,31 @@ func sampleLines(sample []byte, n int) []byte {
 	return bytes.Join(lines[:n], nil)
 }
 
-// workerPod is what a watch saw of one worker pod.
+// workerPod is what a watch saw of one pod of the suite's namespace.
 type workerPod struct {
-	name, job, task, session string
+	name string
+	// pool: labelled as the namespace's worker pods (poolWorkerLabel);
+	// session: the turnlog.dev/session label, which no worker pod has.
+	pool    bool
+	session string
 	// phases in the order they were reported, without repeats.
 	phases []corev1.PodPhase
 }
 
-// podRecorder records the phases of the worker pods in the suite's
-// namespace from a watch, so that a phase held for only a moment is seen
-// as long as the node reported it.
+// podRecorder records the phases of the pods in the suite's namespace from
+// a watch, so that a phase held for only a moment is seen as long as the
+// node reported it.
 type podRecorder struct {
 	mu   sync.Mutex
 	pods map[string]*workerPod
 }
 
-// recordWorkerPods starts watching worker pods until ctx ends. Pods that
-// exist already are recorded with their current phase.
-func recordWorkerPods(ctx context.Context) *podRecorder {
+// recordPods starts watching the suite's namespace's pods until ctx ends.
+// Pods that exist already are recorded with their current phase.
+func recordPods(ctx context.Context) *podRecorder {
 	GinkgoHelper()
 	pods := env.clientset.CoreV1().Pods(env.namespace)
-	selector := "app.kubernetes.io/component=worker"
-	list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: selector})
+	list, err := pods.List(ctx, metav1.ListOptions{})
 	Expect(err).NotTo(HaveOccurred())
 	r := &podRecorder{pods: map[string]*workerPod{}}
 	for i := range list.Items {
@@ -151,7 +155,6 @@ func recordWorkerPods(ctx context.Context) *podRecorder {
 	// status update is lost if the API server ends the watch.
 	w, err := watchtools.NewRetryWatcherWithContext(ctx, list.ResourceVersion, &cache.ListWatch{
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			opts.LabelSelector = selector
 			return pods.Watch(ctx, opts)
 		},
 	})
@@ -174,8 +177,7 @@ func (r *podRecorder) observe(pod *corev1.Pod) {
 	if !ok {
 		p = &workerPod{
 			name:    pod.Name,
-			job:     pod.Labels["batch.kubernetes.io/job-name"],
-			task:    pod.Labels[turnlogv1.LabelTask],
+			pool:    pod.Labels[poolLabelKey] == "true",
 			session: pod.Labels[turnlogv1.LabelSession],
 		}
 		r.pods[pod.Name] = p
@@ -185,20 +187,26 @@ func (r *podRecorder) observe(pod *corev1.Pod) {
 	}
 }
 
-// forSession returns a copy of what was seen of the worker pods of the
-// Session with the given UID.
-func (r *podRecorder) forSession(uid string) []workerPod {
+// seen returns a copy of what was seen of every pod.
+func (r *podRecorder) seen() []workerPod {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []workerPod
+	out := make([]workerPod, 0, len(r.pods))
 	for _, p := range r.pods {
-		if p.session == uid {
-			c := *p
-			c.phases = append([]corev1.PodPhase(nil), p.phases...)
-			out = append(out, c)
-		}
+		c := *p
+		c.phases = append([]corev1.PodPhase(nil), p.phases...)
+		out = append(out, c)
 	}
 	return out
+}
+
+// freeHostPort is a TCP port free on this machine's address host now.
+func freeHostPort(host string) int {
+	GinkgoHelper()
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	Expect(err).NotTo(HaveOccurred())
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }
 
 // manager is the turnlog manager the suite runs against.
@@ -215,12 +223,20 @@ type manager interface {
 // localManager runs `turnlog manager` as a subprocess of the suite.
 type localManager struct {
 	bin, kubeconfig, storeURL, logPath string
+	// workerAddr is HOST:PORT, where every start of the manager serves its
+	// worker pods (--worker-listen) and where they dial it
+	// (--worker-endpoint=https://workerAddr): chosen once, so that the
+	// endpoint is the same across restarts.
+	workerAddr string
 	// args are given to every start; extra only to the current one.
 	args, extra []string
 	image       string
 	cmd         *exec.Cmd
 	done        chan struct{}
 }
+
+// endpoint is the URL the manager's worker pods dial.
+func (m *localManager) endpoint() string { return "https://" + m.workerAddr }
 
 // start runs the manager with worker pods of the given image.
 func (m *localManager) start(image string) error {
@@ -233,6 +249,8 @@ func (m *localManager) start(image string) error {
 		"--store-url=" + m.storeURL,
 		"--worker-mode=pod",
 		"--worker-image=" + image,
+		"--worker-listen=" + m.workerAddr,
+		"--worker-endpoint=" + m.endpoint(),
 		"--metrics-bind-address=0",
 		"--health-probe-bind-address=0",
 	}, append(slices.Clone(m.args), m.extra...)...)
@@ -294,6 +312,19 @@ func (m *localManager) kill() error {
 
 func (m *localManager) restart() error {
 	return m.start(m.image)
+}
+
+// logSinceStart returns what the manager logged since its last start.
+func (m *localManager) logSinceStart() string {
+	data, err := os.ReadFile(m.logPath)
+	if err != nil {
+		return err.Error()
+	}
+	text := string(data)
+	if i := strings.LastIndex(text, "\n=== "); i >= 0 {
+		text = text[i+1:]
+	}
+	return text
 }
 
 func (m *localManager) logTail(n int) string {

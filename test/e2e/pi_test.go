@@ -16,7 +16,7 @@ import (
 
 // A pi user's whole loop where users run it: the real pi 1.6 with the pi
 // package (RPC mode, a fake provider) records into a Session it creates
-// through the API server; worker Jobs replay it; /tree gives a branch a
+// through the API server; worker pods replay it; /tree gives a branch a
 // Session of its own; a SessionFork applied with kubectl cuts the first
 // Session; /turnlog-open continues the child in pi.
 var _ = Describe("a pi user", func() {
@@ -55,7 +55,7 @@ var _ = Describe("a pi user", func() {
 		file, _ := branchLeaf["sessionFile"].(string)
 		newLeaf := pi.EntryWithText("2b")
 
-		By("reading each branch's transcript, replayed by worker Jobs, as pi resumes that leaf")
+		By("reading each branch's transcript, replayed by worker pods, as pi resumes that leaf")
 		for name, leaf := range map[string]string{"pi-chat": three, branch: newLeaf} {
 			pc := pihost.ResumeOf(tb, e, file, leaf)
 			msgs := currentTranscript(name)

@@ -6,8 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"net"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -32,13 +30,14 @@ import (
 	"github.com/turnlog/turnlog/internal/workerpool"
 )
 
-// The objects pool worker mode keeps in a busy namespace
+// The objects pod worker mode keeps in a busy namespace
 // (controllers/pool_workers.go): the Deployment of its worker pods, and the
 // Secret with their token and the manager's certificate, both named
 // poolWorkerName, and the label on them and on the pods.
 const (
 	poolWorkerName  = "turnlog-worker"
-	poolWorkerLabel = "turnlog.dev/worker-pool=true"
+	poolLabelKey    = "turnlog.dev/worker-pool"
+	poolWorkerLabel = poolLabelKey + "=true"
 )
 
 // poolModel is the adapter the pool spec's Session is replayed for.
@@ -50,7 +49,7 @@ var poolModel = agenthost.Adapter{Kind: "pi-ai", API: "anthropic-messages", Prov
 // without a Job or a new pod per turn, a pod deleted mid-stream is replaced
 // and loses nothing, a namespace's token reaches no other namespace, and the
 // pods go once the namespace is idle.
-var _ = Describe("pool workers (container node)", func() {
+var _ = Describe("worker pods (container node)", func() {
 	It("serve a 20-turn stream from one pod, survive its deletion, hold one namespace's token, and go when idle", func(ctx SpecContext) {
 		m := needContainerNode()
 		const (
@@ -62,32 +61,11 @@ var _ = Describe("pool workers (container node)", func() {
 			// graceful stop.
 			idleWithin = 60 * time.Second
 		)
+		endpoint := m.endpoint()
 
-		addr := net.JoinHostPort(env.cluster.NodeIP, strconv.Itoa(freeHostPort(env.cluster.NodeIP)))
-		endpoint := "https://" + addr
-
-		By("restarting the suite's manager in pool worker mode, serving worker pods on " + addr)
-		Expect(m.restartWith(workerImage,
-			"--worker-mode=pod",
-			"--worker-listen="+addr,
-			"--worker-endpoint="+endpoint,
-			"--worker-idle-timeout="+idleTimeout.String(),
-		)).To(Succeed())
-		DeferCleanup(func() {
-			Expect(m.stop()).To(Succeed())
-			// A manager in pod mode does not know pool Deployments: remove
-			// any this one left where it had work, so that no pod of it
-			// dials an endpoint that is gone.
-			left, err := tryKubectl("get", "deployments,secrets", "--all-namespaces", "-l", poolWorkerLabel, "-o", "name")
-			Expect(err).NotTo(HaveOccurred())
-			if strings.TrimSpace(left) != "" {
-				GinkgoWriter.Printf("pool objects left by the pool manager:\n%s\n", left)
-				out, err := tryKubectl("delete", "deployments,secrets", "--all-namespaces", "-l", poolWorkerLabel, "--wait=false")
-				Expect(err).NotTo(HaveOccurred(), out)
-			}
-			m.extra = nil
-			Expect(m.start(workerImage)).To(Succeed())
-		})
+		By("restarting the suite's manager with an idle timeout of " + idleTimeout.String() + ", serving worker pods on " + m.workerAddr)
+		Expect(m.restartWith(workerImage, "--worker-idle-timeout="+idleTimeout.String())).To(Succeed())
+		DeferCleanup(func() { Expect(m.restartWith(workerImage)).To(Succeed()) })
 
 		suffix := make([]byte, 3)
 		_, _ = rand.Read(suffix)
@@ -105,7 +83,7 @@ var _ = Describe("pool workers (container node)", func() {
 		})
 
 		// The namespace holds nothing yet: every Job and Pod the watch
-		// sees is the pool's.
+		// sees is the manager's.
 		created := watchPoolCreated(ns)
 
 		scheme := k8sruntime.NewScheme()
@@ -258,15 +236,6 @@ var _ = Describe("pool workers (container node)", func() {
 		Expect(created.jobCount()).To(BeZero())
 	})
 })
-
-// freeHostPort is a TCP port free on this machine's address host now.
-func freeHostPort(host string) int {
-	GinkgoHelper()
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	Expect(err).NotTo(HaveOccurred())
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
 
 // followPodLog runs `kubectl logs -f` on pod; the function it returns waits
 // up to 30s for the pod's container to stop and returns what was logged.
@@ -497,7 +466,7 @@ func printTurnFigures(seconds []float64, created *poolCreated, turns, deleteAt i
 		most = max(most, s)
 	}
 	w.Flush()
-	fmt.Fprintf(&b, "pool workers, %d turns: append -> transcript mean %.2f s, max %.2f s; %d Jobs\n",
+	fmt.Fprintf(&b, "worker pods, %d turns: append -> transcript mean %.2f s, max %.2f s; %d Jobs\n",
 		len(seconds), sum/float64(max(len(seconds), 1)), most, created.jobCount())
 	GinkgoWriter.Print(b.String())
 }
@@ -505,15 +474,7 @@ func printTurnFigures(seconds []float64, created *poolCreated, turns, deleteAt i
 // printManagerPoolLines prints what the manager logged about lost leases
 // and worker pods since its last start.
 func printManagerPoolLines(m *localManager) {
-	data, err := os.ReadFile(m.logPath)
-	if err != nil {
-		return
-	}
-	text := string(data)
-	if i := strings.LastIndex(text, "=== "); i >= 0 {
-		text = text[i:]
-	}
-	for _, line := range strings.Split(text, "\n") {
+	for _, line := range strings.Split(m.logSinceStart(), "\n") {
 		if strings.Contains(line, "worker-pool") || strings.Contains(line, "stopped answering") {
 			GinkgoWriter.Println("manager: " + line)
 		}

@@ -12,7 +12,7 @@ import (
 	. "github.com/onsi/gomega"
 )
 
-// Replay by a pi-ai release line, as worker Jobs run it. The log is a
+// Replay by a pi-ai release line, as worker pods run it. The log is a
 // Claude turn then a GPT-5 turn; replayed for GPT-5, Claude's reasoning is
 // another model's thinking: pi-ai 1.x drops it, pi-ai 0.73 keeps it as text.
 const (
@@ -67,7 +67,7 @@ func claudeMessage(name string) string {
 }
 
 var _ = Describe("a Session naming a release line", func() {
-	It("is replayed by worker Jobs under that line's rules, and again when the line changes", func() {
+	It("is replayed by worker pods under that line's rules, and again when the line changes", func() {
 		log, err := os.ReadFile(filepath.Join(env.root, modelSwitchLog))
 		Expect(err).NotTo(HaveOccurred())
 		sessions := map[string]string{"line-1": "1", "line-073": "0.73", "line-none": ""}

@@ -1,9 +1,9 @@
 // Package e2ebuild builds what the end-to-end suite runs: the turnlog
-// binary, and for the container node the worker images from the
-// Dockerfile's recipe (hack/image). `make test-e2e` builds them before the
-// suite starts (hack/e2ebuild), so that a slow machine makes the build
-// slower, never the suite's start time out; a suite run without them
-// builds them itself.
+// binary, ./test/e2e/workerprobe, and for the container node the worker
+// images from the Dockerfile's recipe (hack/image). `make test-e2e` builds
+// them before the suite starts (hack/e2ebuild), so that a slow machine
+// makes the build slower, never the suite's start time out; a suite run
+// without them builds them itself.
 package e2ebuild
 
 import (
@@ -15,21 +15,27 @@ import (
 	"strings"
 )
 
-// The worker images. WorkerImage is the deployable image itself; the slow
-// one runs ./test/e2e/workerprobe first, which reports what the runtime
-// enforces and sleeps before it runs the worker, so that a spec can act
-// while a worker pod is Running; the OOM one allocates memory until it is
-// killed.
+// The worker images. WorkerImage is the deployable image itself; the
+// others add ./test/e2e/workerprobe as their entrypoint. The slow one
+// reports what the runtime enforces and sleeps before it runs the worker,
+// so that a spec can act while a worker pod is Running; the OOM one takes
+// a run and allocates memory until it is killed; the slow-runs one holds
+// each run it takes for a while before it does it, so that a spec can act
+// while a worker pod holds a run.
 const (
-	WorkerImage     = "turnlog:e2e"
-	SlowWorkerImage = "turnlog:e2e-slow"
-	OOMWorkerImage  = "turnlog:e2e-oom"
+	WorkerImage         = "turnlog:e2e"
+	SlowWorkerImage     = "turnlog:e2e-slow"
+	OOMWorkerImage      = "turnlog:e2e-oom"
+	SlowRunsWorkerImage = "turnlog:e2e-slow-runs"
 )
 
 // Artifacts are the built files, by path.
 type Artifacts struct {
 	// Turnlog is the CLI and manager binary.
 	Turnlog string
+	// Workerprobe is ./test/e2e/workerprobe, for the process node (the
+	// container node's images hold it).
+	Workerprobe string
 	// ImageArchives are OCI archives of the worker images, for the
 	// container node; empty when built without images.
 	ImageArchives []string
@@ -47,6 +53,7 @@ func images(probe string) []struct {
 		{WorkerImage, nil},
 		{SlowWorkerImage, []string{"--add", probe + ":/workerprobe", "--entrypoint", `["/workerprobe"]`}},
 		{OOMWorkerImage, []string{"--add", probe + ":/workerprobe", "--entrypoint", `["/workerprobe","--oom"]`}},
+		{SlowRunsWorkerImage, []string{"--add", probe + ":/workerprobe", "--entrypoint", `["/workerprobe","--slow-runs"]`}},
 	}
 }
 
@@ -57,7 +64,7 @@ func archiveName(ref string) string {
 
 // Paths names the artifacts Build writes into dir.
 func Paths(dir string, withImages bool) Artifacts {
-	a := Artifacts{Turnlog: filepath.Join(dir, "turnlog")}
+	a := Artifacts{Turnlog: filepath.Join(dir, "turnlog"), Workerprobe: filepath.Join(dir, "workerprobe")}
 	if withImages {
 		for _, img := range images("") {
 			a.ImageArchives = append(a.ImageArchives, filepath.Join(dir, archiveName(img.ref)))
@@ -75,14 +82,13 @@ func Build(ctx context.Context, root, dir string, withImages bool) (Artifacts, e
 	if err := goCmd(ctx, root, nil, "build", "-o", a.Turnlog, "./cmd/turnlog"); err != nil {
 		return a, err
 	}
+	if err := goCmd(ctx, root, []string{"CGO_ENABLED=0"}, "build", "-o", a.Workerprobe, "./test/e2e/workerprobe"); err != nil {
+		return a, err
+	}
 	if !withImages {
 		return a, nil
 	}
-	probe := filepath.Join(dir, "workerprobe")
-	if err := goCmd(ctx, root, []string{"CGO_ENABLED=0"}, "build", "-o", probe, "./test/e2e/workerprobe"); err != nil {
-		return a, err
-	}
-	for i, img := range images(probe) {
+	for i, img := range images(a.Workerprobe) {
 		args := append([]string{"run", "./hack/image", "--ref", img.ref, "--out", a.ImageArchives[i]}, img.extra...)
 		if err := goCmd(ctx, root, nil, args...); err != nil {
 			return a, err
@@ -94,7 +100,7 @@ func Build(ctx context.Context, root, dir string, withImages bool) (Artifacts, e
 // Check reports the first artifact missing from dir.
 func Check(dir string, withImages bool) (Artifacts, error) {
 	a := Paths(dir, withImages)
-	for _, f := range append([]string{a.Turnlog}, a.ImageArchives...) {
+	for _, f := range append([]string{a.Turnlog, a.Workerprobe}, a.ImageArchives...) {
 		if _, err := os.Stat(f); err != nil {
 			return a, fmt.Errorf("%s is not built (make e2e-build E2E_BUILD_DIR=%s): %w", f, dir, err)
 		}
