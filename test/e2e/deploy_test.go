@@ -164,7 +164,7 @@ func expectDeployedManagerReconciles(namespace, name string) {
 		g.Expect(strings.Fields(ip)).To(HaveLen(1), "the manager's Running pods' addresses: %q", ip)
 		args, err := jsonpath("deployment", poolWorkerName, "{.spec.template.spec.containers[0].args}")
 		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(args).To(ContainSubstring(`"--endpoint=https://`+strings.TrimSpace(ip)+`:9444"`))
+		g.Expect(args).To(ContainSubstring(`"--endpoint=https://` + strings.TrimSpace(ip) + `:9444"`))
 	}).Should(Succeed())
 
 	By("forking it: the deployed manager makes the child, and its workers replay it")
