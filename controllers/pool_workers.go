@@ -116,6 +116,8 @@ type PoolWorkers struct {
 	// lostWhy says why each run's last lost lease was lost (the pod's
 	// state when it was), for the failure a run that lost them all reports.
 	lostWhy map[types.NamespacedName]string
+	// lostFrom is the pod each run last lost, and why.
+	lostFrom map[types.NamespacedName]lostCause
 	// trouble says, per namespace whose runs wait with none in flight,
 	// why its pods take none (a pull error, a crash loop); troubleAt when
 	// it was last looked for.
@@ -143,7 +145,8 @@ func newPoolWorkers(c client.Client, reader client.Reader, s PoolSettings, names
 	w := &PoolWorkers{Client: c, Reader: reader, Settings: s, NamespaceRuns: namespaceRuns,
 		tokens: workerpool.Tokens{Key: s.Key}, wake: wake, kick: make(chan struct{}, 1),
 		applied: map[string]int32{}, lastBusy: map[string]time.Time{}, lostWhy: map[types.NamespacedName]string{},
-		trouble: map[string]string{}, troubleAt: map[string]time.Time{}}
+		lostFrom: map[types.NamespacedName]lostCause{},
+		trouble:  map[string]string{}, troubleAt: map[string]time.Time{}}
 	w.board = workerpool.NewBoard(workerpool.Options{
 		NamespaceRuns: namespaceRuns, MaxRunTime: s.MaxRunTime,
 		Leased: w.leased, Finished: w.finished, Lost: w.lost,
@@ -276,7 +279,8 @@ func (w *PoolWorkers) lost(run workerpool.Run, st workerpool.Status) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	pod := &corev1.Pod{}
-	if err := w.Reader.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: st.LostPod}, pod); err == nil {
+	err := w.Reader.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: st.LostPod}, pod)
+	if err == nil {
 		if oom := oomKilled(pod); oom != "" {
 			why = oom
 		}
@@ -286,11 +290,22 @@ func (w *PoolWorkers) lost(run workerpool.Run, st workerpool.Status) {
 	} else if apierrors.IsNotFound(err) {
 		why = fmt.Sprintf("worker pod %s was deleted during the run", st.LostPod)
 	}
+	key := types.NamespacedName{Namespace: run.Namespace, Name: run.Name}
 	w.mu.Lock()
-	w.lostWhy[types.NamespacedName{Namespace: run.Namespace, Name: run.Name}] = why
+	// A pod's restarted container may lease the run again before the pod
+	// is deleted here; its next loss then finds the pod gone. The first
+	// cause of the pod's losses (OOMKilled) is the one worth reporting.
+	if prev, ok := w.lostFrom[key]; ok && prev.pod == st.LostPod && apierrors.IsNotFound(err) {
+		why = prev.why
+	}
+	w.lostFrom[key] = lostCause{pod: st.LostPod, why: why}
+	w.lostWhy[key] = why
 	w.mu.Unlock()
 	logf.Log.WithName("worker-pool").Info("a worker pod stopped answering during a run; the run is done again", "namespace", run.Namespace, "run", run.Name, "pod", st.LostPod, "why", why)
 }
+
+// lostCause is a pod that lost a run's lease, and why.
+type lostCause struct{ pod, why string }
 
 // reasonOOMKilled is the reason a container runtime gives a container the
 // kernel killed for exceeding its memory limit.
@@ -450,6 +465,7 @@ func (w *PoolWorkers) scale(ctx context.Context) error {
 			for k := range w.lostWhy {
 				if k.Namespace == ns {
 					delete(w.lostWhy, k)
+					delete(w.lostFrom, k)
 				}
 			}
 			poolRunsWaiting.DeleteLabelValues(ns)
