@@ -128,6 +128,8 @@ type workerPod struct {
 	// session: the turnlog.dev/session label, which no worker pod has.
 	pool    bool
 	session string
+	// before: the pod existed when the watch started.
+	before bool
 	// phases in the order they were reported, without repeats.
 	phases []corev1.PodPhase
 }
@@ -150,6 +152,7 @@ func recordPods(ctx context.Context) *podRecorder {
 	r := &podRecorder{pods: map[string]*workerPod{}}
 	for i := range list.Items {
 		r.observe(&list.Items[i])
+		r.pods[list.Items[i].Name].before = true
 	}
 	// A RetryWatcher resumes from the last resource version it saw, so no
 	// status update is lost if the API server ends the watch.

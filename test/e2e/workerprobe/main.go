@@ -18,7 +18,10 @@
 //   - --slow-runs: a worker whose runs take a while. It takes runs as
 //     `turnlog worker serve` does, renewing their leases, and does each
 //     with `/turnlog worker ...` after holding it for slowRunHold, so that
-//     a spec can act while a pod holds a run.
+//     a spec can act while a pod holds a run. Unlike `turnlog worker
+//     serve` it does not finish what it holds when stopped: SIGTERM ends
+//     it at once, as SIGKILL would, so a pod deleted while it holds a run
+//     loses the run's lease whatever its grace period.
 //
 // The turnlog binary it runs is /turnlog, or $WORKERPROBE_TURNLOG (the
 // process node, where images are local files).
@@ -203,8 +206,8 @@ func slowRuns(args []string) int {
 	if err != nil {
 		fatal("--slow-runs: %v", err)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
+	// No handler for SIGTERM: it ends the process, and the run it holds.
+	ctx := context.Background()
 	logf := func(format string, a ...any) {
 		fmt.Fprintf(os.Stderr, "%s workerprobe: --slow-runs: %s\n", time.Now().UTC().Format(time.RFC3339), fmt.Sprintf(format, a...))
 	}
