@@ -264,8 +264,8 @@ func (r *run) check() result {
 			r.t.Fatal(err)
 		}
 		for _, s := range sessions.Items {
-			if !r.transcriptMatches(n, s.Name, exportOf(n, s.Name), s.Status.HeadSeq) {
-				res.Mismatches++
+			if why := r.transcriptMismatch(n, s.Name, exportOf(n, s.Name), s.Status.HeadSeq); why != "" {
+				res.Mismatches = append(res.Mismatches, fmt.Sprintf("%s/%s: %s", n, s.Name, why))
 			}
 		}
 	}
@@ -289,46 +289,54 @@ func (r *run) check() result {
 	return res
 }
 
-func (r *run) transcriptMatches(n, name string, log []byte, headSeq *int64) bool {
+// transcriptMismatch says how the stored transcript of Session n/name
+// differs from an offline replay of its exported log, or "".
+func (r *run) transcriptMismatch(n, name string, log []byte, headSeq *int64) string {
 	lines := bytes.Count(log, []byte("\n"))
 	if headSeq == nil || *headSeq != int64(lines-1) {
-		r.t.Logf("%s/%s: status.headSeq %v, the log has %d events", n, name, headSeq, lines)
-		return false
+		return fmt.Sprintf("status.headSeq %v, the log has %d events", ptrString(headSeq), lines)
 	}
 	stored, err := r.turnlogCmd(nil, "transcript", "-n", n, "--session", name, "--store-url", r.directURL)
 	if err != nil {
 		if !bytes.Contains(log, []byte(`"type":"turn/end"`)) {
-			return true // nothing to replay yet
+			return "" // nothing to replay yet
 		}
-		r.t.Logf("%s/%s: %v", n, name, err)
-		return false
+		return err.Error()
 	}
 	var tr struct {
 		ThroughSeq int64 `json:"throughSeq"`
 	}
 	if err := json.Unmarshal(stored, &tr); err != nil {
-		r.t.Logf("%s/%s: transcript: %v", n, name, err)
-		return false
+		return fmt.Sprintf("transcript: %v", err)
 	}
 	offline, err := r.turnlogCmd(log, "replay", "--through", strconv.FormatInt(tr.ThroughSeq, 10), "-")
 	if err != nil {
-		r.t.Logf("%s/%s: %v", n, name, err)
-		return false
+		return err.Error()
 	}
 	if !bytes.Equal(stored, offline) {
-		r.t.Logf("%s/%s: the stored transcript (through %d) differs from turnlog replay of the export:\nstored:  %.400s\noffline: %.400s", n, name, tr.ThroughSeq, stored, offline)
-		return false
+		at := 0
+		for at < min(len(stored), len(offline)) && stored[at] == offline[at] {
+			at++
+		}
+		from := max(at-300, 0)
+		return fmt.Sprintf("the stored transcript (through %d, %d bytes) differs from turnlog replay of the export (%d bytes) at byte %d:\nstored:  %.600s\noffline: %.600s", tr.ThroughSeq, len(stored), len(offline), at, stored[from:], offline[from:])
 	}
 	// Settled means replayed through the log's last turn/end (and the
 	// context events after it, if any).
 	if last := bytes.LastIndex(log, []byte(`"type":"turn/end"`)); last >= 0 {
 		lastEnd := int64(bytes.Count(log[:last], []byte("\n")))
 		if tr.ThroughSeq < lastEnd {
-			r.t.Logf("%s/%s: replayed through %d, the last turn/end is %d", n, name, tr.ThroughSeq, lastEnd)
-			return false
+			return fmt.Sprintf("replayed through %d, the last turn/end is %d", tr.ThroughSeq, lastEnd)
 		}
 	}
-	return true
+	return ""
+}
+
+func ptrString(p *int64) string {
+	if p == nil {
+		return "unset"
+	}
+	return strconv.FormatInt(*p, 10)
 }
 
 func (r *run) forkAnomaly(n string, f *turnlogv1.SessionFork, exportOf func(string, string) []byte) string {

@@ -561,14 +561,14 @@ type result struct {
 	// by the host started in its place.
 	TurnsLeftOpen int `json:"turnsLeftOpenByKilledHosts"`
 	// HostStreamErrors: Sessions whose stream a host ended on an error.
-	HostStreamErrors int     `json:"hostStreamErrors"`
-	Lost             int     `json:"lost"`
-	Duplicated       int     `json:"duplicated"`
-	Invalid          int     `json:"invalidLogs"`
-	Mismatches       int     `json:"transcriptMismatches"`
-	Forks            int     `json:"forks"`
-	ForkAnomalies    int     `json:"forkAnomalies"`
-	SettleSeconds    float64 `json:"settleSeconds"`
+	HostStreamErrors int      `json:"hostStreamErrors"`
+	Lost             int      `json:"lost"`
+	Duplicated       int      `json:"duplicated"`
+	Invalid          int      `json:"invalidLogs"`
+	Mismatches       []string `json:"transcriptMismatches"`
+	Forks            int      `json:"forks"`
+	ForkAnomalies    int      `json:"forkAnomalies"`
+	SettleSeconds    float64  `json:"settleSeconds"`
 	// SettleAfterHostsSeconds: the hosts stream until the run's end,
 	// after the last fault; this is from when they stopped.
 	SettleAfterHostsSeconds float64        `json:"settleAfterHostsStoppedSeconds"`
@@ -613,8 +613,8 @@ func (r *run) report(res result) {
 	if res.Invalid > 0 {
 		t.Errorf("%d logs do not validate", res.Invalid)
 	}
-	if res.Mismatches > 0 {
-		t.Errorf("%d stored transcripts differ from an offline replay of the exported log", res.Mismatches)
+	if len(res.Mismatches) > 0 {
+		t.Errorf("%d stored transcripts differ from an offline replay of the exported log:\n%s", len(res.Mismatches), strings.Join(res.Mismatches, "\n"))
 	}
 	if res.ForkAnomalies > 0 {
 		t.Errorf("%d fork anomalies", res.ForkAnomalies)
