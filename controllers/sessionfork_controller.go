@@ -43,6 +43,11 @@ type SessionForkReconciler struct {
 	// PollInterval is how often a fork waiting for its turn to end looks at
 	// the source again without being woken by the source's status.
 	PollInterval time.Duration
+	// CopyTimeout bounds the steps of one reconcile, the reading of the
+	// source and the copy included: a store that hangs mid-listing or
+	// mid-copy gives the fork's copy slot back when it passes, and the
+	// fork is retried with backoff. 0 is no bound but the reconcile's.
+	CopyTimeout time.Duration
 
 	// queue is the controller's fair queue (limits.go); copies bounds the
 	// forks cut and copied at once, since each reads the source's log.
@@ -101,7 +106,12 @@ func (r *SessionForkReconciler) reconcile(ctx context.Context, req ctrl.Request)
 	r.queue.reportHeld(req, fork, r.Recorder)
 	s := &forkScope{fork: fork, before: *fork.Status.DeepCopy(), status: metav1.ConditionUnknown,
 		outcome: condition{turnlogv1.ReasonForking, "forking"}}
-	err := r.runSteps(ctx, s)
+	stepsCtx, cancel := ctx, context.CancelFunc(func() {})
+	if r.CopyTimeout > 0 {
+		stepsCtx, cancel = context.WithTimeout(ctx, r.CopyTimeout)
+	}
+	err := r.runSteps(stepsCtx, s)
+	cancel()
 	if s.copySlot {
 		r.copies.release(fork.Namespace)
 	}

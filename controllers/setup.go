@@ -47,6 +47,9 @@ type Config struct {
 	// StoreTimeout bounds the store requests of one look at a Session (the
 	// probe, the head, the checkpoints); zero is DefaultStoreTimeout.
 	StoreTimeout time.Duration
+	// ForkCopyTimeout bounds the cut and the copy of one fork (its store
+	// reads and writes); zero is DefaultForkCopyTimeout.
+	ForkCopyTimeout time.Duration
 	// Limits share the manager between namespaces; zero fields take their
 	// defaults.
 	Limits Limits
@@ -65,7 +68,8 @@ type Config struct {
 const (
 	DefaultWorkerMaxFailures = 5
 	DefaultDeletionTimeout   = 10 * time.Minute
-	DefaultStoreTimeout      = 2 * time.Minute
+	DefaultStoreTimeout      = 30 * time.Second
+	DefaultForkCopyTimeout   = 5 * time.Minute
 )
 
 // CacheOptions drops managed fields from what the manager caches: the
@@ -112,6 +116,12 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 	}
 	if cfg.StoreTimeout == 0 {
 		cfg.StoreTimeout = DefaultStoreTimeout
+	}
+	if cfg.ForkCopyTimeout < 0 {
+		return fmt.Errorf("fork copy timeout must not be negative, got %s", cfg.ForkCopyTimeout)
+	}
+	if cfg.ForkCopyTimeout == 0 {
+		cfg.ForkCopyTimeout = DefaultForkCopyTimeout
 	}
 	limits, err := cfg.Limits.withDefaults()
 	if err != nil {
@@ -181,7 +191,8 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 	}
 	forkWakeups := make(wakeups, 1024)
 	forks := &SessionForkReconciler{Client: mgr.GetClient(), Recorder: recorder, Stores: cfg.Stores, PollInterval: cfg.PollInterval,
-		queue: &fairQueue{limits: limits}, watchdog: watch, wakeups: forkWakeups,
+		CopyTimeout: cfg.ForkCopyTimeout,
+		queue:       &fairQueue{limits: limits}, watchdog: watch, wakeups: forkWakeups,
 		copies: &slots{
 			total: limits.ForkCopies, totalName: "fork-copies",
 			perNamespace: limits.NamespaceForkCopies, perNamespaceName: "namespace-fork-copies",

@@ -2,10 +2,12 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"iter"
 
 	"github.com/prometheus/client_golang/prometheus"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/turnlog/turnlog/internal/store"
@@ -20,7 +22,39 @@ var storeRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Help: "Requests the manager made to object storage, by operation (a list counts one request per 1,000 keys, as S3 pages them).",
 }, []string{"operation"})
 
-func init() { metrics.Registry.MustRegister(storeRequests) }
+// storeBreakerState and storeFailures show each store's circuit breaker
+// (store.Guard): an operator sees which store is failing, and how.
+var (
+	storeBreakerState = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "turnlog_store_breaker_state",
+		Help: "State of each store's circuit breaker in the manager: 0 closed (requests go to the store), 1 half-open (one probe goes), 2 open (requests fail at once).",
+	}, []string{"store"})
+	storeFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "turnlog_store_failures_total",
+		Help: "The manager's store requests that failed because the store could not be reached (unavailable) or did not answer in time (timeout), and those its open breaker refused (refused), by store.",
+	}, []string{"store", "kind"})
+)
+
+func init() { metrics.Registry.MustRegister(storeRequests, storeBreakerState, storeFailures) }
+
+// guarded wraps b in its circuit breaker, whose state and failures go to
+// the metrics above and whose changes go to the manager's log.
+func guarded(b store.Bucket, name string) store.Bucket {
+	storeBreakerState.WithLabelValues(name).Set(float64(store.BreakerClosed))
+	log := ctrl.Log.WithName("store").WithValues("store", name)
+	return store.Guard(b, store.GuardOptions{
+		Name: name,
+		OnStateChange: func(name string, to store.BreakerState, last error) {
+			storeBreakerState.WithLabelValues(name).Set(float64(to))
+			if to == store.BreakerOpen {
+				log.Error(last, "circuit breaker open: the store's requests fail at once until a probe succeeds", "probeEvery", store.DefaultBreakerOpenFor)
+				return
+			}
+			log.Info("circuit breaker "+to.String(), "lastFailure", fmt.Sprint(last))
+		},
+		OnFailure: func(name, kind string) { storeFailures.WithLabelValues(name, kind).Inc() },
+	})
+}
 
 // listPageSize is the number of keys one S3 list request returns.
 const listPageSize = 1000

@@ -152,12 +152,26 @@ func (c *BucketCache) bucket(ctx context.Context, url string) (store.Bucket, err
 	if err != nil {
 		return nil, err
 	}
-	b := metered(opened)
+	b := metered(guarded(opened, c.namesOf(url)))
 	if c.buckets == nil {
 		c.buckets = map[string]store.Bucket{}
 	}
 	c.buckets[url] = b
 	return b, nil
+}
+
+// namesOf is the name of the store at url, for its breaker's errors and
+// metrics: the names of every configured store with that URL, which share
+// its bucket (and so its connections and its breaker).
+func (c *BucketCache) namesOf(url string) string {
+	var names []string
+	for name, sc := range c.Configured {
+		if sc.URL == url {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return strings.Join(names, ",")
 }
 
 // Close closes every bucket opened so far.
@@ -237,6 +251,13 @@ func storeProblem(ctx context.Context, storeName, doing string, err error) *cond
 		return &condition{turnlogv1.ReasonObjectRefused, fmt.Sprintf(
 			"%s: store %q refused %s: it is %s; a Session's root in a file:// store may hold only regular files and directories, and nothing else is followed or opened",
 			doing, storeName, derived.Truncate(refused.At, 400), refused.Kind)}
+	}
+	if open, ok := errors.AsType[*store.OpenCircuitError](err); ok {
+		// Said at once, without the backend's error (in the manager's
+		// log when the breaker opened) and without logging each refusal.
+		return &condition{turnlogv1.ReasonStoreUnavailable, fmt.Sprintf(
+			"%s: store %q is unavailable: its last %d requests failed (%s) and it is tried again every %s; the details are in the manager's log",
+			doing, storeName, open.Failures, storeFailure(open.Last), store.DefaultBreakerOpenFor)}
 	}
 	var data *sessionlog.DataError
 	if errors.As(err, &data) {

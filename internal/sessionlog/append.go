@@ -285,7 +285,8 @@ func (a *Appender) write(ctx context.Context, first int64, b batch, token string
 		}
 		return 0, fmt.Errorf("append to %s at seq %d: %w", l.loc, first, err)
 	}
-	for attempt := 1; ; attempt++ {
+	var tries budget
+	for {
 		err := l.b.PutIfAbsent(ctx, key, data, md)
 		if err == nil {
 			return 0, nil
@@ -299,8 +300,8 @@ func (a *Appender) write(ctx context.Context, first int64, b batch, token string
 				return taken, nil
 			case errors.Is(ierr, store.ErrNotFound):
 				// A precondition failure for a key that is free (a
-				// service hiccup): try again.
-				err = ierr
+				// service hiccup): try again, as after a conflict.
+				err = fmt.Errorf("%w: %w", store.ErrConflict, ierr)
 			default:
 				err = ierr
 				if !store.IsRetryable(err) {
@@ -317,11 +318,8 @@ func (a *Appender) write(ctx context.Context, first int64, b batch, token string
 				return fail(err)
 			}
 		}
-		if attempt == attempts {
-			return fail(fmt.Errorf("giving up after %d attempts: %w", attempts, err))
-		}
-		if werr := backoff(ctx, attempt); werr != nil {
-			return fail(errors.Join(err, werr))
+		if again, err := tries.again(ctx, err); !again {
+			return fail(err)
 		}
 	}
 }

@@ -8,10 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"strconv"
 	"strings"
-	"time"
 
 	gojson "github.com/goccy/go-json"
 
@@ -236,7 +234,8 @@ func (l *Log) listSegments(ctx context.Context) ([]segment, error) {
 	prefix := l.segmentPrefix()
 	var segs []segment
 	var err error
-	for range attempts {
+	var tries budget
+	for {
 		segs = segs[:0]
 		err = nil
 		for o, lerr := range l.b.List(ctx, prefix) {
@@ -251,7 +250,11 @@ func (l *Log) listSegments(ctx context.Context) ([]segment, error) {
 			}
 			segs = append(segs, segment{key: o.Key, first: first, size: o.Size})
 		}
-		if err == nil || !store.IsRetryable(err) {
+		if err == nil {
+			break
+		}
+		var again bool
+		if again, err = tries.again(ctx, err); !again {
 			break
 		}
 	}
@@ -327,34 +330,3 @@ func readLimited(ctx context.Context, b store.Bucket, key string, limit int64) (
 	return data, nil
 }
 
-// attempts bounds the tries of one request that keeps failing transiently.
-const attempts = 20
-
-// retry runs op until it succeeds, fails permanently, or attempts run out.
-// Only for idempotent operations.
-func retry(ctx context.Context, op func() error) error {
-	var err error
-	for attempt := 1; ; attempt++ {
-		err = op()
-		if err == nil || !store.IsRetryable(err) || attempt == attempts {
-			return err
-		}
-		if werr := backoff(ctx, attempt); werr != nil {
-			return errors.Join(err, werr)
-		}
-	}
-}
-
-// backoff sleeps before retry number attempt: exponential from 2 ms, capped
-// at 250 ms, with full jitter so that racing writers spread out.
-func backoff(ctx context.Context, attempt int) error {
-	d := min(2*time.Millisecond<<min(attempt-1, 10), 250*time.Millisecond)
-	t := time.NewTimer(rand.N(d) + time.Millisecond)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -38,8 +39,10 @@ type Options struct {
 // answer. The SDK's HTTP client waits forever by default, so an endpoint
 // that accepts connections and never answers (a dead proxy, a stuck
 // gateway) would hold its caller until the caller gives up; an answer's
-// headers come within seconds even for a server-side copy.
-const DefaultResponseHeaderTimeout = time.Minute
+// headers come within a second or two even for a server-side copy of a
+// segment (at most MaxSegmentBytes), so 15 s is a store that is not
+// answering, and a few of them in a row open its circuit breaker (Guard).
+const DefaultResponseHeaderTimeout = 15 * time.Second
 
 // Open opens the bucket named by a URL:
 //
@@ -199,6 +202,10 @@ func openS3(ctx context.Context, u *url.URL, opts *Options) (Bucket, error) {
 	cfg.HTTPClient = awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
 		t.ResponseHeaderTimeout = headerTimeout
 	})
+	// The SDK's own retries (3 tries, backoff up to 20 s) would multiply
+	// with the callers' (sessionlog's retry budget): one dead endpoint cost
+	// a minute per look. The callers retry; the client tries once.
+	clientOpts = append(clientOpts, func(o *s3.Options) { o.Retryer = aws.NopRetryer{} })
 	client := s3.NewFromConfig(cfg, clientOpts...)
 	b, err := s3blob.OpenBucket(ctx, client, u.Host, &s3blob.Options{RequestChecksumCalculation: cfg.RequestChecksumCalculation})
 	if err != nil {

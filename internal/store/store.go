@@ -78,8 +78,12 @@ func (e *RefusedError) Is(target error) bool { return target == ErrRefused }
 
 // IsRetryable reports whether err is transient: repeating the request may
 // succeed. A retried write must tolerate that the first attempt may have
-// taken effect (ErrUnavailable, ErrTimeout).
+// taken effect (ErrUnavailable, ErrTimeout). A request a circuit breaker
+// refused (ErrCircuitOpen) is not: the breaker says when to try again.
 func IsRetryable(err error) bool {
+	if errors.Is(err, ErrCircuitOpen) {
+		return false
+	}
 	return errors.Is(err, ErrConflict) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrTimeout)
 }
 

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	neturl "net/url"
 	"os"
 	"strings"
 	"sync"
@@ -124,6 +125,10 @@ func (s *openStores) open(ctx context.Context, url string, loc sessionlog.Locati
 		if b, err = store.Open(ctx, url, nil); err != nil {
 			return nil, nil, err
 		}
+		// A pod's runs on a dead store fail at once once it is known to
+		// be dead, and their Sessions back off (WorkerFailed), instead
+		// of each run spending its deadline on retries.
+		b = store.Guard(b, store.GuardOptions{Name: bucketName(url)})
 		if s.buckets == nil {
 			s.buckets = map[string]store.Bucket{}
 		}
@@ -134,6 +139,15 @@ func (s *openStores) open(ctx context.Context, url string, loc sessionlog.Locati
 		return nil, nil, err
 	}
 	return derived.StoreLog{Log: log}, func() error { return nil }, nil
+}
+
+// bucketName names the store at url in a run's errors: its bucket, never
+// its endpoint.
+func bucketName(rawURL string) string {
+	if u, err := neturl.Parse(rawURL); err == nil && u.Host != "" {
+		return u.Host
+	}
+	return "the run's store"
 }
 
 func (s *openStores) close() {
