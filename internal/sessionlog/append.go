@@ -312,8 +312,11 @@ func (a *Appender) write(ctx context.Context, first int64, b batch, token string
 			// The request may have reached the store whatever the
 			// error says (a connection cut after the body was sent, ctx
 			// ending while the answer was on its way): from here on the
-			// segment at key may be this batch's.
-			uncertain = true
+			// segment at key may be this batch's. (Not when a circuit
+			// breaker refused it: that request was never sent.)
+			if !errors.Is(err, store.ErrCircuitOpen) {
+				uncertain = true
+			}
 			if !store.IsRetryable(err) {
 				return fail(err)
 			}

@@ -329,4 +329,3 @@ func readLimited(ctx context.Context, b store.Bucket, key string, limit int64) (
 	}
 	return data, nil
 }
-

@@ -7,6 +7,7 @@ import (
 	"io"
 	"iter"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sony/gobreaker/v2"
@@ -25,11 +26,16 @@ type GuardOptions struct {
 	// Failures is how many failures in a row open the breaker; zero is
 	// DefaultBreakerFailures.
 	Failures uint32
+	// Timeouts is how many requests in a row that got no answer in time
+	// open it (each held its caller for the whole timeout); zero is
+	// DefaultBreakerTimeouts.
+	Timeouts uint32
 	// OpenFor is how long the breaker stays open before one request is let
 	// through as a probe; zero is DefaultBreakerOpenFor.
 	OpenFor time.Duration
 	// OnStateChange, if set, is told each change of the breaker's state,
-	// with the last failure the breaker counted (nil before any).
+	// with the last failure the breaker counted (nil before any). It runs
+	// under the breaker's lock: it must not call the bucket.
 	OnStateChange func(store string, to BreakerState, last error)
 	// OnFailure, if set, is told each failure the breaker counts, and each
 	// request it refused, by kind: "unavailable", "timeout" or "refused".
@@ -39,6 +45,7 @@ type GuardOptions struct {
 // Defaults of GuardOptions.
 const (
 	DefaultBreakerFailures = 5
+	DefaultBreakerTimeouts = 2
 	DefaultBreakerOpenFor  = 10 * time.Second
 )
 
@@ -88,7 +95,8 @@ func (e *OpenCircuitError) Unwrap() []error { return []error{ErrCircuitOpen, Err
 // Guard wraps b with a circuit breaker (github.com/sony/gobreaker): after
 // Failures requests in a row fail because the store could not be reached
 // or did not answer (ErrUnavailable, ErrTimeout, or the caller's deadline
-// passing while it waited), every request fails at once with an
+// passing while it waited), or Timeouts in a row got no answer at all,
+// every request fails at once with an
 // *OpenCircuitError for OpenFor; then one request is let through, and its
 // success closes the breaker (its failure opens it again). So the callers
 // of a dead or hanging store spend no time on it once it is known to be
@@ -103,7 +111,10 @@ func Guard(b Bucket, opts GuardOptions) Bucket {
 	if failures == 0 {
 		failures = DefaultBreakerFailures
 	}
-	g.failures = failures
+	timeouts := opts.Timeouts
+	if timeouts == 0 {
+		timeouts = DefaultBreakerTimeouts
+	}
 	openFor := opts.OpenFor
 	if openFor <= 0 {
 		openFor = DefaultBreakerOpenFor
@@ -112,8 +123,14 @@ func Guard(b Bucket, opts GuardOptions) Bucket {
 		Name:        opts.Name,
 		MaxRequests: 1,
 		Timeout:     openFor,
-		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= failures },
-		IsExcluded:  func(err error) bool { return errors.Is(err, errExcluded) },
+		ReadyToTrip: func(c gobreaker.Counts) bool {
+			if c.ConsecutiveFailures >= failures || g.timeouts.Load() >= timeouts {
+				g.tripped.Store(c.ConsecutiveFailures)
+				return true
+			}
+			return false
+		},
+		IsExcluded: func(err error) bool { return errors.Is(err, errExcluded) },
 		OnStateChange: func(_ string, from, to gobreaker.State) {
 			g.mu.Lock()
 			if to == gobreaker.StateOpen {
@@ -135,9 +152,11 @@ var errExcluded = errors.New("excluded")
 
 type guardedBucket struct {
 	Bucket
-	opts     GuardOptions
-	failures uint32
-	cb       *gobreaker.TwoStepCircuitBreaker[struct{}]
+	opts GuardOptions
+	cb   *gobreaker.TwoStepCircuitBreaker[struct{}]
+	// timeouts counts the requests in a row that got no answer in time;
+	// tripped is how many failed in a row when the breaker last opened.
+	timeouts, tripped atomic.Uint32
 
 	mu       sync.Mutex
 	last     error
@@ -172,7 +191,7 @@ func (g *guardedBucket) allow(ctx context.Context) (done func(error) error, err 
 	report, err := g.cb.Allow()
 	if err != nil {
 		g.mu.Lock()
-		refused := &OpenCircuitError{Store: g.opts.Name, Since: g.openedAt, Failures: g.failures, Last: g.last}
+		refused := &OpenCircuitError{Store: g.opts.Name, Since: g.openedAt, Failures: g.tripped.Load(), Last: g.last}
 		g.mu.Unlock()
 		if refused.Last == nil {
 			refused.Last = err
@@ -195,15 +214,19 @@ func (g *guardedBucket) outcome(ctx context.Context, err error) error {
 	var kind string
 	switch {
 	case err == nil:
+		g.timeouts.Store(0)
 		return nil
 	case errors.Is(ctx.Err(), context.Canceled):
 		return errExcluded
 	case errors.Is(err, ErrTimeout), errors.Is(err, context.DeadlineExceeded), errors.Is(ctx.Err(), context.DeadlineExceeded):
 		// The caller's deadline passed while the store kept it waiting.
 		kind = "timeout"
+		g.timeouts.Add(1)
 	case errors.Is(err, ErrUnavailable):
 		kind = "unavailable"
+		g.timeouts.Store(0)
 	default:
+		g.timeouts.Store(0)
 		return nil
 	}
 	g.mu.Lock()
@@ -251,6 +274,15 @@ func (r *guardedReader) Read(p []byte) (int, error) {
 		r.done(err)
 	}
 	return n, err
+}
+
+// Size passes on the size of the whole object, as the backends' readers
+// tell it (readers of whole objects allocate once by it); -1 if unknown.
+func (r *guardedReader) Size() int64 {
+	if s, ok := r.ReadCloser.(interface{ Size() int64 }); ok {
+		return s.Size()
+	}
+	return -1
 }
 
 func (r *guardedReader) Close() error {

@@ -20,7 +20,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -75,15 +74,26 @@ func (s *Server) URLVia(endpoint string) string {
 		s.Bucket, region, url.QueryEscape("http://"+endpoint))
 }
 
+// TB is what Start needs of a test: a *testing.T or *testing.B, or
+// Ginkgo's GinkgoT().
+type TB interface {
+	Helper()
+	Log(args ...any)
+	Logf(format string, args ...any)
+	Fatalf(format string, args ...any)
+	TempDir() string
+	Cleanup(func())
+}
+
 // Start installs versitygw if needed, starts it on loopback and creates a
 // bucket. The server is stopped, and its data removed, when the test ends.
-func Start(tb testing.TB) *Server {
+func Start(tb TB) *Server {
 	tb.Helper()
 	return StartOn(tb, "127.0.0.1")
 }
 
 // StartOn is Start listening on host, e.g. an address pods reach.
-func StartOn(tb testing.TB, host string) *Server {
+func StartOn(tb TB, host string) *Server {
 	tb.Helper()
 	bin, err := Binary(func(msg string) { tb.Log(msg); fmt.Fprintln(os.Stderr, msg) })
 	if err != nil {
@@ -266,7 +276,7 @@ func installed(bin string) bool {
 // stores object metadata in extended attributes: the test's temporary
 // directory if its filesystem has them (tmpfs often lacks user xattrs), else
 // one under the user cache directory.
-func dataDir(tb testing.TB) (string, error) {
+func dataDir(tb TB) (string, error) {
 	tmp := tb.TempDir()
 	if hasXattrs(tmp) {
 		return tmp, nil
