@@ -50,22 +50,11 @@ var _ = Describe("One store's outage", Ordered, func() {
 		// server is down.
 		dead = startTCPProxy(s3.Addr())
 		DeferCleanup(dead.close)
-		release := make(chan struct{})
-		hung := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
-			select {
-			case <-r.Context().Done():
-			case <-release:
-			}
-		}))
-		DeferCleanup(func() {
-			close(release)
-			hung.Close()
-		})
 		var err error
 		stores, err = NewBucketCache([]StoreConfig{
 			{Name: turnlogv1.DefaultStore, URL: s3.URL},
 			{Name: "dead", URL: s3.URLVia(dead.addr), Prefix: "dead"},
-			{Name: "hanging", URL: "s3://logs?region=us-east-1&use_path_style=true&disable_https=true&endpoint=" + hung.URL},
+			{Name: "hanging", URL: hangingS3()},
 		}, s3.Options())
 		Expect(err).NotTo(HaveOccurred())
 		sio = &SessionIO{Client: k8sClient, Stores: stores}
@@ -208,6 +197,23 @@ var _ = Describe("One store's outage", Ordered, func() {
 		Expect(outageForks[0]).To(BeNumerically("<", quietForks[0]+20*time.Second))
 	})
 })
+
+// hangingS3 is the URL of an S3 endpoint that accepts connections and
+// never answers (a dead proxy, a stuck gateway), until the spec ends.
+func hangingS3() string {
+	release := make(chan struct{})
+	hung := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	DeferCleanup(func() {
+		close(release)
+		hung.Close()
+	})
+	return "s3://logs?region=us-east-1&use_path_style=true&disable_https=true&endpoint=" + hung.URL
+}
 
 func median(ds []time.Duration) time.Duration {
 	s := slices.Clone(ds)

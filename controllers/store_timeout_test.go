@@ -2,8 +2,6 @@ package controllers
 
 import (
 	"bytes"
-	"net/http"
-	"net/http/httptest"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -28,21 +26,10 @@ var _ = Describe("A store that never answers", Ordered, func() {
 	)
 	BeforeAll(func() {
 		ns = newNamespace("hung")
-		release := make(chan struct{})
-		hung := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
-			select {
-			case <-r.Context().Done():
-			case <-release:
-			}
-		}))
-		DeferCleanup(func() {
-			close(release)
-			hung.Close()
-		})
 		var err error
 		stores, err = NewBucketCache([]StoreConfig{
 			{Name: turnlogv1.DefaultStore, URL: "file://" + GinkgoT().TempDir()},
-			{Name: "hung", URL: "s3://logs?region=us-east-1&use_path_style=true&disable_https=true&endpoint=" + hung.URL},
+			{Name: "hung", URL: hangingS3()},
 		}, &store.Options{AccessKeyID: "AKIDOPERATOR", SecretAccessKey: "operator-secret"})
 		Expect(err).NotTo(HaveOccurred())
 		sio = &SessionIO{Client: k8sClient, Stores: stores}
