@@ -41,6 +41,9 @@ func init() { metrics.Registry.MustRegister(storeRequests, storeBreakerState, st
 // the metrics above and whose changes go to the manager's log.
 func guarded(b store.Bucket, name string) store.Bucket {
 	storeBreakerState.WithLabelValues(name).Set(float64(store.BreakerClosed))
+	for _, kind := range []string{"unavailable", "timeout", "refused"} {
+		storeFailures.WithLabelValues(name, kind) // at 0, so that rate() sees the first failure
+	}
 	log := ctrl.Log.WithName("store").WithValues("store", name)
 	return store.Guard(b, store.GuardOptions{
 		Name: name,

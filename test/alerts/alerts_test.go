@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/testutil/versitygw"
 )
 
 func TestMain(m *testing.M) {
@@ -33,6 +34,7 @@ func TestMain(m *testing.M) {
 // it.
 const (
 	nsStoreUnavailable = "store-unavailable"
+	nsStoreDies        = "store-dies"
 	nsStoreNotFound    = "store-not-found"
 	nsWorkerFailed     = "worker-failed"
 	nsObjectRefused    = "object-refused"
@@ -49,13 +51,18 @@ const (
 // The manager's stores: default is a file:// store in the test's
 // directory; unreachable and offline are S3 endpoints on ports nothing
 // listens on (two, so that the store alert and the reconcile alert each
-// have a trigger of their own). A Session naming missingStore names a
-// store the manager does not have.
+// have a trigger of their own); gateway is a real S3 server (versitygw)
+// that the test kills and starts again. A Session naming missingStore
+// names a store the manager does not have.
 const (
 	unreachableStore = "unreachable"
 	offlineStore     = "offline"
+	gatewayStore     = "gateway"
 	missingStore     = "archive"
 )
+
+// alertStoreUnavailable is the alert the store cases are about.
+const alertStoreUnavailable = "TurnlogStoreUnavailable"
 
 // queueSessions is how many Sessions the queue namespace gets at once:
 // at --namespace-reconcile-rate=1 the last of them wait about as many
@@ -69,6 +76,8 @@ type harness struct {
 	turnlog  string
 	storeDir string
 	storeURL string
+	// gateway serves the store gatewayStore.
+	gateway *versitygw.Server
 
 	manager, panicker         *process
 	managerAddr, panickerAddr string
@@ -123,6 +132,11 @@ func TestAlertsFireInPrometheus(t *testing.T) {
 			t.Errorf("the test makes alert %s fire, which config/prometheus does not ship", name)
 		}
 	}
+	for name := range shippedFor {
+		if _, ok := byName[name]; !ok {
+			t.Errorf("the test evaluates alert %s with its shipped for:, and config/prometheus does not ship it", name)
+		}
+	}
 	if t.Failed() {
 		t.FailNow()
 	}
@@ -136,7 +150,7 @@ func TestAlertsFireInPrometheus(t *testing.T) {
 	}()
 	t.Cleanup(func() { <-built }) // before the directory is removed
 	h.cluster = startCluster(t, h.dir)
-	h.cluster.createNamespaces(t, nsStoreUnavailable, nsStoreNotFound, nsWorkerFailed, nsObjectRefused, nsReplayDegraded,
+	h.cluster.createNamespaces(t, nsStoreUnavailable, nsStoreDies, nsStoreNotFound, nsWorkerFailed, nsObjectRefused, nsReplayDegraded,
 		nsReconcileErrors, nsOrphans, nsQueue, nsForks, nsManager, panicNamespace)
 	tokenFile := filepath.Join(h.dir, "prometheus.token")
 	h.cluster.scraperToken(t, "monitoring", "prometheus", tokenFile)
@@ -162,6 +176,13 @@ func TestAlertsFireInPrometheus(t *testing.T) {
 		}
 		// Not an alert's: the dashboard's SessionForks panel needs one.
 		t.Run("SessionFork", h.fork)
+	})
+	// A store that was working dies and comes back (outage_test.go):
+	// TurnlogStoreUnavailable, at its shipped for:, fires within a minute
+	// and resolves by itself. It runs while the conditions above hold and
+	// TurnlogQueueSlow's builds up.
+	t.Run("StoreDiesAndComesBack", func(t *testing.T) {
+		h.storeDiesAndComesBack(t, byName[alertStoreUnavailable])
 	})
 	// The quickest are read first; all conditions hold meanwhile.
 	slices.SortStableFunc(cases, func(a, b alertCase) int { return cmp.Compare(a.within, b.within) })
@@ -243,9 +264,10 @@ func (h *harness) cases() []alertCase {
 			evidence: h.readyOf(nsReconcileErrors, "failing-0"), within: 3 * time.Minute,
 		},
 		{
-			// A store the manager cannot reach: its endpoint refuses
-			// connections.
-			alert: "TurnlogStoreUnavailable", labels: map[string]string{"store": unreachableStore},
+			// A store the manager has never reached: its endpoint refuses
+			// connections. (One that dies and comes back:
+			// storeDiesAndComesBack.)
+			alert: alertStoreUnavailable, labels: map[string]string{"store": unreachableStore},
 			trigger: func(t *testing.T) {
 				h.createSession(t, nsStoreUnavailable, "cut-off-1", unreachableStore, "")
 				h.createSession(t, nsStoreUnavailable, "cut-off-2", unreachableStore, "")

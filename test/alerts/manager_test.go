@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/turnlog/turnlog/internal/testutil/versitygw"
 )
 
 // startManager runs the built `turnlog manager` as a cluster runs it,
@@ -16,10 +18,11 @@ import (
 // the alerts' conditions come within seconds rather than minutes: a short
 // poll, deletion timeout and orphan sweep, runs given up after one
 // failure, and a namespace reconcile rate of one a second. --store-timeout
-// is short too: a look at a store that refuses connections is retried (by
-// sessionlog's listing and by the S3 client) for about a minute unless it
-// bounds it, and holds one of the manager's few reconciles all the while,
-// so that the other triggers' Sessions would wait their turn that long.
+// is short too, so that no look at a failing store holds one of the
+// manager's few reconciles for long while the other triggers' Sessions
+// wait their turn. The stores are file://, S3 endpoints that refuse
+// connections, and a versitygw (h.gateway) the test kills and restarts;
+// the manager's S3 credentials are the gateway's.
 func (h *harness) startManager(t *testing.T) {
 	t.Helper()
 	h.storeDir = filepath.Join(h.dir, "store")
@@ -32,15 +35,17 @@ func (h *harness) startManager(t *testing.T) {
 	refusing := func() string {
 		return "s3://logs?region=us-east-1&use_path_style=true&disable_https=true&endpoint=" + url.QueryEscape("http://"+freeAddr(t))
 	}
+	h.gateway = versitygw.Start(t)
 	stores := filepath.Join(h.dir, "stores")
-	lines := fmt.Sprintf("default %s\n%s %s\n%s %s\n", h.storeURL, unreachableStore, refusing(), offlineStore, refusing())
+	lines := fmt.Sprintf("default %s\n%s %s\n%s %s\n%s %s\n", h.storeURL, unreachableStore, refusing(), offlineStore, refusing(),
+		gatewayStore, h.gateway.URL)
 	if err := os.WriteFile(stores, []byte(lines), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	h.managerAddr = freeAddr(t)
 	h.started = time.Now()
 	h.manager = startProcess(t, "turnlog manager", filepath.Join(h.dir, "manager.log"),
-		[]string{"AWS_ACCESS_KEY_ID=alerts-test", "AWS_SECRET_ACCESS_KEY=alerts-test", "AWS_EC2_METADATA_DISABLED=true"},
+		[]string{"AWS_ACCESS_KEY_ID=" + h.gateway.AccessKey, "AWS_SECRET_ACCESS_KEY=" + h.gateway.SecretKey, "AWS_EC2_METADATA_DISABLED=true"},
 		h.turnlog, "manager", "--kubeconfig="+h.cluster.kubeconfig,
 		"--metrics-bind-address="+h.managerAddr, "--health-probe-bind-address=0",
 		"--worker-mode=local", "--stores-file="+stores,
