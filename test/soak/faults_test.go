@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -20,9 +21,24 @@ const (
 	faultWorkerPods  = "worker-pods-deleted"
 	faultWorkerKill  = "worker-pod-killed-mid-run"
 	faultHostKill    = "host-sigkill"
+	faultSecondStore = "second-store-down"
 )
 
-var faultKinds = []string{faultAPIServer, faultManagerKill, faultStoreKill, faultStoreSlow, faultWorkerPods, faultWorkerKill, faultHostKill}
+var faultKinds = []string{faultAPIServer, faultManagerKill, faultStoreKill, faultStoreSlow, faultWorkerPods, faultWorkerKill, faultHostKill, faultSecondStore}
+
+// secondStoreOutage is how long second-store-down keeps the second store's
+// server dead: minutes in a long soak (3 × -soak.fault-every, 2m15s for
+// `make soak`), 24 s in the short one, and never over 3 minutes, well
+// inside the 10 minutes a host retries a flush for.
+func secondStoreOutage() time.Duration {
+	return min(3**flagFaultEvery, 3*time.Minute)
+}
+
+// faultWindow is one fault, from its start until it was over.
+type faultWindow struct {
+	kind       string
+	start, end time.Time
+}
 
 // faultLog records each fault with its times, as a TSV a reader can line
 // up with the manager's log.
@@ -36,6 +52,7 @@ type faultLog struct {
 	// axis of rss.tsv, for the plot (`make soak-plot`).
 	minutes *os.File
 	began   time.Time
+	windows []faultWindow
 }
 
 func newFaultLog(t *testing.T, dir string, began time.Time) *faultLog {
@@ -64,6 +81,7 @@ func (l *faultLog) record(kind string, start time.Time, detail string) {
 	end := time.Now()
 	l.n[kind]++
 	l.end = end
+	l.windows = append(l.windows, faultWindow{kind: kind, start: start, end: end})
 	detail = strings.Join(strings.Fields(detail), " ")
 	fmt.Fprintf(l.f, "%s\t%s\t%s\t%s\n", start.UTC().Format(time.RFC3339Nano), end.UTC().Format(time.RFC3339Nano), kind, detail)
 	fmt.Fprintf(l.minutes, "%.2f\t%s\n", start.Sub(l.began).Minutes(), kind)
@@ -78,6 +96,13 @@ func (l *faultLog) counts() map[string]int {
 		out[k] = v
 	}
 	return out
+}
+
+// all is every fault so far, in the order they ended.
+func (l *faultLog) all() []faultWindow {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.windows)
 }
 
 // last is when the last fault ended.
@@ -173,7 +198,24 @@ func (r *run) inject(rng *rand.Rand, kind string) {
 		h.kill()
 		time.Sleep(time.Second)
 		err := h.start()
-		detail = fmt.Sprintf("%s SIGKILLed while streaming, restarted on the same Sessions after 1s (error: %v)", h.name, err)
+		detail = fmt.Sprintf("%s (store %s) SIGKILLed while streaming, restarted on the same Sessions after 1s (error: %v)", h.name, h.store, err)
+	case faultSecondStore:
+		// The second store's server dies and stays dead for minutes;
+		// its hosts retry their flushes, the manager's breaker for it
+		// opens, and the default store's Sessions go on (the probe,
+		// probeDefaultStore, measures them meanwhile).
+		d := secondStoreOutage()
+		r.gw2.Kill()
+		select {
+		case <-r.ctx.Done():
+		case <-time.After(d):
+		}
+		err := r.gw2.Restart()
+		detail = fmt.Sprintf("versitygw of store %q (%s) SIGKILLed, down %s, restarted on the same port and data (error: %v)",
+			secondStore, strings.Join(r.secondSessions, ","), d, err)
+		if err != nil {
+			r.t.Errorf("restarting the second store's versitygw: %v", err)
+		}
 	}
 	r.faults.record(kind, start, detail)
 }

@@ -38,7 +38,7 @@ import (
 var (
 	flagDuration   = flag.Duration("soak.duration", 0, "how long hosts stream and faults are injected; 0 skips the test")
 	flagSessions   = flag.Int("soak.sessions", 8, "Sessions the hosts stream into")
-	flagHosts      = flag.Int("soak.hosts", 2, "host processes, each streaming into its share of the Sessions")
+	flagHosts      = flag.Int("soak.hosts", 2, "host processes, each streaming into its share of the Sessions (a third of them, at least one, into the second store's)")
 	flagFaultEvery = flag.Duration("soak.fault-every", 20*time.Second, "mean time between faults")
 	flagForkEvery  = flag.Duration("soak.fork-every", 5*time.Second, "time between SessionForks of the soak's Sessions")
 	flagCheckEvery = flag.Duration("soak.check-every", 3*time.Minute, "time between checks while the soak runs")
@@ -55,6 +55,10 @@ const (
 	quietNS    = "soak-quiet"
 	floodNS    = "soak-flood"
 	credSecret = "turnlog-store-credentials"
+	// secondStore is the manager's second store, which every third
+	// Session of ns names (spec.storage.store) and the fault
+	// second-store-down takes away for minutes.
+	secondStore = "second"
 )
 
 // run is what the soak's parts share.
@@ -81,6 +85,17 @@ type run struct {
 
 	mu    sync.Mutex
 	forks []string // SessionFork names in ns
+
+	// gw2 is the second store, secondStore on the manager: a versitygw
+	// of its own with the first one's keys, which the manager, the worker
+	// pods, the hosts and the checker all reach directly at secondURL.
+	gw2       *versitygw.Server
+	secondURL string
+	// secondSessions are the Sessions of ns created on the second store.
+	secondSessions []string
+	// storeOf caches the direct URL of each Session's store, by
+	// "namespace/name" (spec.storage is immutable).
+	storeOf sync.Map
 }
 
 func TestSoak(t *testing.T) {
@@ -95,7 +110,8 @@ func TestSoak(t *testing.T) {
 	r := setUp(t)
 	r.began = time.Now()
 	r.faults = newFaultLog(t, r.dir, r.began)
-	t.Logf("soak: %d Sessions, %d hosts, %s of load and faults; records in %s", *flagSessions, *flagHosts, *flagDuration, r.dir)
+	t.Logf("soak: %d Sessions (%s on store %q), %d hosts, %s of load and faults; records in %s",
+		*flagSessions, strings.Join(r.secondSessions, ", "), secondStore, len(r.hosts), *flagDuration, r.dir)
 
 	rss := r.sampleRSS()
 	stopLoad := r.startLoad()
@@ -105,21 +121,32 @@ func TestSoak(t *testing.T) {
 	nn := r.noisyNeighbour()
 
 	checks := r.periodicChecks()
+	// A Session of the default store takes a turn at a time all through
+	// the faults: its append -> Current during the second store's outage,
+	// against outside faults, is what the breaker per store is for.
+	probe := r.probeDefaultStore()
 	<-r.injectFaults(*flagDuration)
 	lastFault := r.faults.last()
+	outage := r.secondStoreFigures(probe())
 	stopLoad()
 	r.stopHosts()
 	hostsStopped := time.Now()
+	outage.HostFlushWaits = r.hostFlushWaits()
+	for _, store := range []string{turnlogv1.DefaultStore, secondStore} {
+		w := outage.HostFlushWaits[store]
+		t.Logf("hosts on store %q: %d flushes retried while the store failed, the longest waiting %.1fs", store, w.Retried, w.LongestSeconds)
+	}
 	checks()
 	settle := r.waitSettled(lastFault)
 	res := r.check()
 	res.Duration = *flagDuration
 	res.Sessions = *flagSessions
-	res.Hosts = *flagHosts
+	res.Hosts = len(r.hosts)
 	res.Faults = r.faults.counts()
 	res.SettleSeconds = settle.Seconds()
 	res.SettleAfterHostsSeconds = (settle - hostsStopped.Sub(lastFault)).Seconds()
 	res.NoisyNeighbour = nn
+	res.SecondStore = outage
 	res.RSS = rss()
 	// How many turns the killed hosts were in the middle of, and the
 	// Sessions whose stream a host gave up on: an appender error it could
@@ -140,8 +167,9 @@ func TestSoak(t *testing.T) {
 }
 
 // setUp builds turnlog, the host and the worker image, and starts the
-// cluster with a container node, versitygw behind the fault proxy, the
-// manager in pod worker mode, and the namespaces with their Sessions.
+// cluster with a container node, versitygw behind the fault proxy, a second
+// versitygw (the manager's store "second"), the manager in pod worker mode,
+// and the namespaces with their Sessions.
 func setUp(t *testing.T) *run {
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
@@ -208,6 +236,17 @@ func setUp(t *testing.T) *run {
 	r.proxy = startProxy(t, r.cluster.NodeIP, r.gw.Addr())
 	r.storeURL = r.gw.URLVia(r.proxy.addr())
 	r.directURL = r.gw.URLVia(r.gw.Addr())
+	// The second store has the first one's keys: the manager, the hosts
+	// and the worker pods (one Secret per namespace) have one set of
+	// credentials for every store. Its server is started again with them;
+	// root owns every bucket, the one it created with its own keys too.
+	r.gw2 = versitygw.StartOn(t, r.cluster.NodeIP)
+	r.gw2.Kill()
+	r.gw2.AccessKey, r.gw2.SecretKey = r.gw.AccessKey, r.gw.SecretKey
+	if err := r.gw2.Restart(); err != nil {
+		t.Fatalf("versitygw of the second store, with the first one's keys: %v", err)
+	}
+	r.secondURL = r.gw2.URLVia(r.gw2.Addr())
 	// turnlog's CLI, the manager and the hosts read the keys from here.
 	t.Setenv("AWS_ACCESS_KEY_ID", r.gw.AccessKey)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", r.gw.SecretKey)
@@ -222,6 +261,7 @@ func setUp(t *testing.T) *run {
 	workerAddr := net.JoinHostPort(r.cluster.NodeIP, strconv.Itoa(freePort(t, r.cluster.NodeIP)))
 	r.manager = &process{name: "manager", logPath: filepath.Join(r.dir, "manager.log"), args: []string{r.turnlog, "manager",
 		"--store-url=" + r.storeURL,
+		"--store=" + secondStore + "=" + r.secondURL,
 		"--worker-mode=pod",
 		"--worker-listen=" + workerAddr,
 		"--worker-endpoint=https://" + workerAddr,
@@ -230,30 +270,62 @@ func setUp(t *testing.T) *run {
 		"--metrics-bind-address=0",
 		"--health-probe-bind-address=0",
 		"--poll-interval=10s",
-		"--max-poll-interval=1m",
+		"--max-poll-interval=" + maxPoll.String(),
 	}, env: []string{"KUBECONFIG=" + r.cluster.Kubeconfig}}
 	if err := r.manager.start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(r.manager.stop)
 
-	names := make([][]string, *flagHosts)
+	// Every third Session is on the second store, and a third of the
+	// hosts (at least one) write those: a host is given one store URL,
+	// as a user's host is given the URL of the store its Sessions name.
+	secondHosts := max(1, *flagHosts/3)
+	firstHosts := max(1, *flagHosts-secondHosts)
+	first, second := make([][]string, firstHosts), make([][]string, secondHosts)
 	for i := range *flagSessions {
 		name := fmt.Sprintf("chat-%03d", i)
-		r.create(&turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})
-		names[i%*flagHosts] = append(names[i%*flagHosts], name)
-	}
-	for i, ss := range names {
-		h := &hostProc{process: process{name: fmt.Sprintf("host-%d", i), logPath: filepath.Join(r.dir, fmt.Sprintf("host-%d.log", i)),
-			args: []string{filepath.Join(tmp, "host"), "--kubeconfig", r.cluster.Kubeconfig, "--store-url", r.storeURL,
-				"--namespace", ns, "--sessions", strings.Join(ss, ","), "--ack-dir", filepath.Join(r.dir, "acks")}}}
-		if err := h.start(); err != nil {
-			t.Fatal(err)
+		s := &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+		if onSecondStore(i) {
+			s.Spec.Storage.Store = secondStore
+			k := len(r.secondSessions)
+			second[k%secondHosts] = append(second[k%secondHosts], name)
+			r.secondSessions = append(r.secondSessions, name)
+		} else {
+			k := i - len(r.secondSessions)
+			first[k%firstHosts] = append(first[k%firstHosts], name)
 		}
-		t.Cleanup(h.stop)
-		r.hosts = append(r.hosts, h)
+		r.create(s)
+	}
+	for _, group := range []struct {
+		store    string
+		sessions [][]string
+	}{{r.storeURL, first}, {r.secondURL, second}} {
+		for _, ss := range group.sessions {
+			if len(ss) == 0 {
+				continue
+			}
+			i := len(r.hosts)
+			h := &hostProc{store: secondStore, process: process{name: fmt.Sprintf("host-%d", i), logPath: filepath.Join(r.dir, fmt.Sprintf("host-%d.log", i)),
+				args: []string{filepath.Join(tmp, "host"), "--kubeconfig", r.cluster.Kubeconfig, "--store-url", group.store,
+					"--namespace", ns, "--sessions", strings.Join(ss, ","), "--ack-dir", filepath.Join(r.dir, "acks")}}}
+			if group.store == r.storeURL {
+				h.store = turnlogv1.DefaultStore
+			}
+			if err := h.start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(h.stop)
+			r.hosts = append(r.hosts, h)
+		}
 	}
 	return r
+}
+
+// onSecondStore says whether the soak's Session chat-<i> is on the second
+// store: every third, and with fewer than three Sessions the last one.
+func onSecondStore(i int) bool {
+	return i%3 == 2 || (*flagSessions < 3 && i == *flagSessions-1)
 }
 
 func (r *run) goCmd(args ...string) {
@@ -371,7 +443,12 @@ func (p *process) exitedOnItsOwn() bool {
 	}
 }
 
-type hostProc struct{ process }
+// hostProc is a host process; store is the name of the store its
+// Sessions are on.
+type hostProc struct {
+	process
+	store string
+}
 
 // startLoad starts the forks and nudges of the soak's Sessions; what it
 // returns stops them.
@@ -566,9 +643,12 @@ type result struct {
 	Duplicated       int      `json:"duplicated"`
 	Invalid          int      `json:"invalidLogs"`
 	Mismatches       []string `json:"transcriptMismatches"`
-	Forks            int      `json:"forks"`
-	ForkAnomalies    int      `json:"forkAnomalies"`
-	SettleSeconds    float64  `json:"settleSeconds"`
+	// CaughtUpByPoll are the Sessions whose status was behind their log
+	// once everything settled, which the check left to their poll.
+	CaughtUpByPoll []string `json:"caughtUpByPoll,omitempty"`
+	Forks          int      `json:"forks"`
+	ForkAnomalies  int      `json:"forkAnomalies"`
+	SettleSeconds  float64  `json:"settleSeconds"`
 	// SettleAfterHostsSeconds: the hosts stream until the run's end,
 	// after the last fault; this is from when they stopped.
 	SettleAfterHostsSeconds float64        `json:"settleAfterHostsStoppedSeconds"`
@@ -582,6 +662,9 @@ type result struct {
 	// backlog during the load (rssSample.Backlog).
 	BacklogPeak int `json:"backlogPeak"`
 	BacklogLast int `json:"backlogLast"`
+	// SecondStore is the second store's Sessions and outages, and the
+	// default store's append -> Current during them.
+	SecondStore *secondStoreFigures `json:"secondStore"`
 }
 
 // report writes the summary and the RSS samples, and fails the soak on

@@ -33,6 +33,10 @@ import (
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 )
 
+// retryFor is how long a host retries a store that fails: the soak's
+// outages (the second store down for minutes) are shorter.
+const retryFor = 10 * time.Minute
+
 var model = agenthost.Adapter{Kind: "pi-ai", API: "anthropic-messages", Provider: "anthropic", Model: "claude-sonnet-4-5"}
 
 func main() {
@@ -125,7 +129,7 @@ func (s *stream) run(ctx context.Context, st *agenthost.Store, kube client.Clien
 	var log *agenthost.Log
 	var head agenthost.Head
 	// The store may be down (a fault) when the host starts: retry.
-	for attempt := 0; ; attempt++ {
+	for began := time.Now(); ; {
 		var err error
 		log, err = st.OpenSession(bg, kube, ns, s.name)
 		if err == nil {
@@ -134,7 +138,7 @@ func (s *stream) run(ctx context.Context, st *agenthost.Store, kube client.Clien
 		if err == nil {
 			break
 		}
-		if attempt > 300 {
+		if time.Since(began) > retryFor {
 			return err
 		}
 		time.Sleep(time.Second)
@@ -179,6 +183,7 @@ func (s *stream) run(ctx context.Context, st *agenthost.Store, kube client.Clien
 func (s *stream) add(ctx context.Context, flush bool, events ...agenthost.Event) error {
 	s.next += int64(len(events))
 	s.added = append(s.added, events...)
+	began := time.Now()
 	err := s.app.Add(ctx, events...)
 	if errors.Is(err, agenthost.ErrStaleWriter) || errors.Is(err, agenthost.ErrClosed) {
 		return err
@@ -186,14 +191,24 @@ func (s *stream) add(ctx context.Context, flush bool, events ...agenthost.Event)
 	if !flush {
 		return nil // a failed flush keeps its events; the next one retries them
 	}
-	for attempt := 0; ; attempt++ {
+	failed := 0 // flushes that failed, the Add's included
+	if err != nil {
+		failed++
+	}
+	for {
 		if err = s.app.Flush(ctx); err == nil {
 			break
 		}
-		if errors.Is(err, agenthost.ErrStaleWriter) || attempt > 600 {
+		failed++
+		if errors.Is(err, agenthost.ErrStaleWriter) || time.Since(began) > retryFor {
 			return err
 		}
 		time.Sleep(500 * time.Millisecond)
+	}
+	if failed > 0 {
+		// Not an error (those start "host: "): the soak reports how
+		// long its hosts' flushes waited for a store that was down.
+		fmt.Fprintf(os.Stderr, "retried: %s: a flush waited %s (%d failed) for the store\n", s.name, time.Since(began).Round(time.Millisecond), failed)
 	}
 	var b strings.Builder
 	for i, e := range s.added {
