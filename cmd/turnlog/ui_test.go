@@ -42,7 +42,11 @@ func TestUIInBrowser(t *testing.T) {
 	browser := findChromium(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	tl := controlplane.Turnlog(t, ctx)
+	// turnlog as `make dev` runs it: the controllers with local workers, a
+	// file:// store, namespace default, a short poll.
+	controlplane.SkipIfMissing(t)
+	tl := turnlogtest.Start(t, turnlogtest.WithControlPlane(controlplane.Assets()), turnlogtest.WithNamespaces("default"),
+		turnlogtest.WithPollInterval(200*time.Millisecond))
 	importSample(ctx, t, tl)
 	waitSession(ctx, t, tl.Client, "support-chat", 22)
 	url := startUI(ctx, t, tl)

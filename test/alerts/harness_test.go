@@ -26,28 +26,23 @@ import (
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/internal/kubeapply"
+	"github.com/turnlog/turnlog/internal/testutil/controlplane"
 )
 
 // repoRoot is the repository, from this package's directory.
 const repoRoot = "../.."
 
-// controlPlaneAssets is where kube-apiserver and etcd are:
-// $KUBEBUILDER_ASSETS, else where `make control-plane` puts them. (The
-// test does not use internal/testutil/controlplane, which pulls in
+// controlPlaneAssets is where kube-apiserver and etcd are
+// (controlplane.Assets). This package imports nothing that pulls in
 // turnlog's controllers: this test binary also runs a controller-runtime
 // manager of its own, the panicking one, and its metrics must be
-// controller-runtime's alone, not turnlog's registered beside them.)
+// controller-runtime's alone, not turnlog's registered beside them.
 func controlPlaneAssets(t *testing.T) string {
 	t.Helper()
-	dir := os.Getenv("KUBEBUILDER_ASSETS")
-	if dir == "" {
-		home, _ := os.UserHomeDir()
-		dir = filepath.Join(home, ".local", "share", "kubebuilder-envtest", "k8s", "1.37.2-linux-amd64")
+	if !controlplane.Available() {
+		t.Fatalf("no control plane in %s: run `make control-plane`, or set KUBEBUILDER_ASSETS", controlplane.Assets())
 	}
-	if _, err := os.Stat(filepath.Join(dir, "kube-apiserver")); err != nil {
-		t.Fatalf("no control plane in %s: run `make control-plane`, or set KUBEBUILDER_ASSETS", dir)
-	}
-	return dir
+	return controlplane.Assets()
 }
 
 // cluster is the control plane with turnlog's CRDs, admission policy and

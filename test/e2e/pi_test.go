@@ -11,7 +11,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/turnlog/turnlog/internal/replay"
-	"github.com/turnlog/turnlog/internal/testutil/pihost"
+	"github.com/turnlog/turnlog/test/internal/pihost"
 )
 
 // A pi user's whole loop where users run it: the real pi 1.6 with the pi

@@ -16,8 +16,8 @@ import (
 
 	"github.com/turnlog/turnlog/agenthost"
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
-	"github.com/turnlog/turnlog/internal/testutil/pihost"
 	"github.com/turnlog/turnlog/internal/turnlog"
+	"github.com/turnlog/turnlog/test/internal/pihost"
 )
 
 // TestForkAndCloneAreSessionForks: pi's own session commands, as a pi user

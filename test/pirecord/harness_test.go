@@ -16,13 +16,13 @@ import (
 	"github.com/turnlog/turnlog/internal/replay"
 	"github.com/turnlog/turnlog/internal/sessionlog"
 	"github.com/turnlog/turnlog/internal/store"
-	"github.com/turnlog/turnlog/internal/testutil/pihost"
 	"github.com/turnlog/turnlog/internal/testutil/versitygw"
 	"github.com/turnlog/turnlog/internal/turnlog"
 	"github.com/turnlog/turnlog/internal/worker"
+	"github.com/turnlog/turnlog/test/internal/pihost"
 )
 
-// The pi harness (internal/testutil/pihost) under the names these tests use.
+// The pi harness (test/internal/pihost) under the names these tests use.
 type (
 	block     = pihost.Block
 	reply     = pihost.Reply

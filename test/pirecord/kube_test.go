@@ -3,7 +3,6 @@ package pirecord
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -25,9 +24,7 @@ import (
 // plane's binaries it skips, except in CI.
 func startAPIServer(t *testing.T) (client.Client, string) {
 	t.Helper()
-	if !controlplane.Available() && os.Getenv("CI") != "true" {
-		t.Skipf("no control plane in %s: run `make control-plane`", controlplane.Assets())
-	}
+	controlplane.SkipIfMissing(t)
 	cp := controlplane.Start(t, filepath.Join("..", ".."), controlplane.Options{User: "pi-user"})
 	return cp.Client, cp.Kubeconfig
 }

@@ -17,7 +17,7 @@ import (
 	"github.com/turnlog/turnlog/agenthost"
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/internal/replay"
-	"github.com/turnlog/turnlog/internal/testutil/pihost"
+	"github.com/turnlog/turnlog/test/internal/pihost"
 )
 
 // Drop, live: with refusedBlocks Drop, pi recording through the package

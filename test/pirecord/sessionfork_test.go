@@ -111,13 +111,16 @@ func TestForkFromPiIsASessionFork(t *testing.T) {
 	pi.Quit()
 }
 
-// recordWithTurnlog runs turnlog as make dev does — the controllers on a
-// control plane from `make control-plane`, a file:// store, namespace
-// default — and a pi environment that records into Session session through
-// its API server.
+// recordWithTurnlog runs turnlog as make dev does — the controllers with
+// local workers on a control plane from `make control-plane`, a file://
+// store, namespace default, a short poll — and a pi environment that
+// records into Session session through its API server. Without the control
+// plane the test is skipped, except under CI=true.
 func recordWithTurnlog(t *testing.T, session string) (*turnlogtest.Env, *provider, *env) {
 	t.Helper()
-	tl := controlplane.Turnlog(t, context.Background())
+	controlplane.SkipIfMissing(t)
+	tl := turnlogtest.Start(t, turnlogtest.WithControlPlane(controlplane.Assets()), turnlogtest.WithNamespaces("default"),
+		turnlogtest.WithPollInterval(200*time.Millisecond))
 	prov := newProvider(t)
 	e := newEnv(t, prov, tl.StoreURL, nil, "default", session, "")
 	e.Vars = append(e.Vars, "TURNLOG_KUBECONFIG="+tl.Kubeconfig)

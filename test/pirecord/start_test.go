@@ -17,8 +17,8 @@ import (
 
 	"github.com/turnlog/turnlog/agenthost"
 	"github.com/turnlog/turnlog/internal/sessionlog"
-	"github.com/turnlog/turnlog/internal/testutil/pihost"
 	"github.com/turnlog/turnlog/internal/turnlog"
+	"github.com/turnlog/turnlog/test/internal/pihost"
 )
 
 // TestStartReadsTheHeadOfALongLog: pi is started again on a session whose

@@ -13,8 +13,8 @@ import (
 
 	"github.com/turnlog/turnlog/agenthost"
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
-	"github.com/turnlog/turnlog/internal/testutil/pihost"
 	"github.com/turnlog/turnlog/internal/turnlog"
+	"github.com/turnlog/turnlog/test/internal/pihost"
 )
 
 // TestTreeBranchesAreSessions: pi moves in its session tree as /tree does —

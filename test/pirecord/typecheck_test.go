@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/turnlog/turnlog/internal/testutil/pihost"
+	"github.com/turnlog/turnlog/test/internal/pihost"
 )
 
 // TestPackageTypeChecks: pi loads the package's TypeScript without checking

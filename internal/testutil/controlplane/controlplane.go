@@ -1,7 +1,9 @@
 // Package controlplane starts kube-apiserver and etcd (envtest) with
 // turnlog's CRDs for one test, with a client and a kubeconfig file for the
 // processes the test runs (the CLI, pi, a manager). The binaries are the
-// ones `make control-plane` builds.
+// ones `make control-plane` builds. A test that wants the controllers
+// running too uses turnlogtest with WithControlPlane(Assets()): this
+// package, under internal/, imports nothing of the packages above it.
 package controlplane
 
 import (
@@ -52,6 +54,15 @@ func Assets() string {
 func Available() bool {
 	_, err := os.Stat(filepath.Join(Assets(), "kube-apiserver"))
 	return err == nil
+}
+
+// SkipIfMissing skips tb when the binaries are not there, except under
+// CI=true, where a test goes on to fail for the want of them.
+func SkipIfMissing(tb testing.TB) {
+	tb.Helper()
+	if !Available() && os.Getenv("CI") != "true" {
+		tb.Skipf("no control plane in %s: run `make control-plane`", Assets())
+	}
 }
 
 // Start starts a control plane with the CRDs of root's config/crd/bases

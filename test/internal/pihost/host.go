@@ -22,7 +22,7 @@ import (
 	"github.com/turnlog/turnlog/internal/testutil/pitest"
 )
 
-// root is the repository's root: this file is internal/testutil/pihost/host.go.
+// root is the repository's root: this file is test/internal/pihost/host.go.
 func root() string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "..", "..")
@@ -53,7 +53,7 @@ func Paths(tb testing.TB) (node, cli, pkg string) {
 // TreeExtension is an extension that moves pi in its session tree as /tree
 // does, for RPC mode, which has no /tree: `/tree-to ENTRY_ID [summarize]`.
 func TreeExtension() string {
-	return filepath.Join(root(), "internal", "testutil", "pihost", "tree.ts")
+	return filepath.Join(root(), "test", "internal", "pihost", "tree.ts")
 }
 
 // Resume is what pi itself resumes a session file with.
@@ -72,7 +72,7 @@ type Resume struct {
 // (an entry id) if given, else where pi resumes it.
 func ResumeOf(tb testing.TB, e *Env, file string, leaf ...string) Resume {
 	tb.Helper()
-	cmd := exec.Command(e.Node, append([]string{filepath.Join(root(), "internal", "testutil", "pihost", "context.mjs"), PiDir(), file, "anthropic-messages"}, leaf...)...)
+	cmd := exec.Command(e.Node, append([]string{filepath.Join(root(), "test", "internal", "pihost", "context.mjs"), PiDir(), file, "anthropic-messages"}, leaf...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
