@@ -1,6 +1,10 @@
 package derived
 
-import "github.com/turnlog/turnlog/internal/turnlog"
+import (
+	"fmt"
+
+	"github.com/turnlog/turnlog/internal/turnlog"
+)
 
 // Where assembly keeps what it derived, beside the log.
 const (
@@ -18,4 +22,10 @@ type AssemblyState struct {
 	Next           int64           `json:"next"`
 	CommittedTurns int64           `json:"committedTurns"`
 	SessionAdapter turnlog.Adapter `json:"sessionAdapter"`
+}
+
+// SegmentName names the derived object of the turns starting at seq from;
+// zero-padded so names sort in log order.
+func SegmentName(dir string, from int64) string {
+	return fmt.Sprintf("%s/%020d.json", dir, from)
 }
