@@ -148,7 +148,7 @@ func Truncate(s string, n int) string {
 // false before the first run.
 func LoadAssembly(ctx context.Context, log Log) (sum Summary, found bool, err error) {
 	var state AssemblyState
-	found, err = LoadCheckpoint(ctx, log, AssemblyCheckpoint, &state)
+	found, err = loadState(ctx, log, AssemblyCheckpointName, &state)
 	return state.Summary, found, err
 }
 
