@@ -65,7 +65,7 @@ func (c *AssemblyCheckpoint) StoreSegment(ctx context.Context, out assembler.Res
 	if c.State.Next <= c.From {
 		return nil
 	}
-	return StoreJSON(ctx, c.log, segmentName(c.dir, c.From), out)
+	return storeJSON(ctx, c.log, segmentName(c.dir, c.From), out)
 }
 
 // segmentName names the derived object of the turns starting at seq from;

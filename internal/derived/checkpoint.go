@@ -96,7 +96,7 @@ func fits(sum Summary, next, head int64) bool {
 // that dies in between leaves parts that nothing lists.
 func (c *Checkpoint[S]) Commit(ctx context.Context) error {
 	c.State = c.State.withSummary(c.Summary)
-	if err := StoreJSON(ctx, c.log, c.name, c.State); err != nil {
+	if err := storeJSON(ctx, c.log, c.name, c.State); err != nil {
 		return err
 	}
 	deleteUnlisted(ctx, c.log, c.dir, c.listed, c.State.parts())
@@ -110,9 +110,10 @@ func (c *Checkpoint[S]) Commit(ctx context.Context) error {
 // decode into many times its size.
 const maxCheckpointBytes = 64 << 10
 
-// LoadCheckpoint reads a checkpoint into v; found is false when it is
-// absent.
-func LoadCheckpoint(ctx context.Context, log Log, name string, v any) (found bool, err error) {
+// loadState reads the checkpoint name into s: one that does not decode,
+// or whose state does not check out, is unusable. found is false when it
+// is absent.
+func loadState[S state[S]](ctx context.Context, log Log, name string, s *S) (found bool, err error) {
 	data, err := log.GetDerived(ctx, name, maxCheckpointBytes)
 	if errors.Is(err, ErrNotFound) {
 		return false, nil
@@ -120,45 +121,16 @@ func LoadCheckpoint(ctx context.Context, log Log, name string, v any) (found boo
 	if err != nil {
 		return false, fmt.Errorf("read %s: %w", name, err)
 	}
-	if err := json.Unmarshal(data, v); err != nil {
+	if err := json.Unmarshal(data, s); err != nil {
 		return false, fmt.Errorf("read %s: %w: %w", name, ErrUnusable, err)
+	}
+	if err := (*s).check(); err != nil {
+		return true, fmt.Errorf("read %s: %w: %w", name, ErrUnusable, err)
 	}
 	return true, nil
 }
 
-// loadState reads the checkpoint name into s: one that does not decode,
-// or whose state does not check out, is unusable.
-func loadState[S state[S]](ctx context.Context, log Log, name string, s *S) (found bool, err error) {
-	found, err = LoadCheckpoint(ctx, log, name, s)
-	if err == nil && found {
-		if cerr := (*s).check(); cerr != nil {
-			err = fmt.Errorf("read %s: %w: %w", name, ErrUnusable, cerr)
-		}
-	}
-	return found, err
-}
-
-// Resumable reports whether a checkpoint load left a state a run can
-// resume from: nil when it did or when there was none; an error wrapping
-// ErrUnusable when the checkpoint is there but not believable, and the run
-// starts over instead. Any other error (the store failing) is returned as
-// it is and fails the run.
-func Resumable(loadErr error, found bool, sum Summary, next, head int64) error {
-	switch {
-	case loadErr != nil:
-		return loadErr
-	case !found:
-		return nil
-	case next < 0 || next > head+1:
-		return fmt.Errorf("%w: %s checkpoint resumes at seq %d, the log's head is seq %d", ErrUnusable, sum.Task, next, head)
-	}
-	if err := sum.Check(head); err != nil {
-		return fmt.Errorf("%w: %w", ErrUnusable, err)
-	}
-	return nil
-}
-
-func StoreJSON(ctx context.Context, log Log, name string, v any) error {
+func storeJSON(ctx context.Context, log Log, name string, v any) error {
 	data, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", name, err)

@@ -50,7 +50,7 @@ func TestForgedReplayCheckpoint(t *testing.T) {
 	log := newMemLog(t, loggen.Log(200, 7))
 	head, _ := log.Head(ctx)
 	target := loggen.Adapter
-	name := derived.ReplayCheckpoint(target)
+	name := derived.ReplayCheckpointName(target)
 
 	// 500 degraded messages listed: more than a run ever lists.
 	var state derived.ReplayState

@@ -489,7 +489,7 @@ func TestReplayCheckpointWithoutContextIsReplayedAgain(t *testing.T) {
 	if _, err := Replay(ctx, log, turnlog.Adapter{}); err != nil {
 		t.Fatal(err)
 	}
-	name := derived.ReplayCheckpoint(turnlog.Adapter{})
+	name := derived.ReplayCheckpointName(turnlog.Adapter{})
 	var checkpoint map[string]json.RawMessage
 	if err := json.Unmarshal(log.objects[name], &checkpoint); err != nil {
 		t.Fatalf("checkpoint %s: %v", name, err)
