@@ -1,8 +1,9 @@
 // Package derived is the data the workers derive from a Session's log and
 // store beside it, and the one place that knows its layout: where it is
 // kept, how it is encoded, how a reader checks it and loads it. The worker
-// runs (internal/worker) write it; the controllers, agent hosts (agenthost)
-// and the CLI read it through this package.
+// runs (internal/worker) write it, each through the checkpoint it holds
+// (AssemblyCheckpoint, ReplayCheckpoint); the controllers, agent hosts
+// (agenthost) and the CLI read it through this package.
 //
 // Under a Session's root in the store (sessionlog: [<prefix>/]<namespace>/
 // <name>/<uid>/), next to the raw log's segments:

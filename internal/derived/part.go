@@ -9,8 +9,6 @@ import (
 	"hash/crc32"
 	"slices"
 
-	"github.com/turnlog/turnlog/internal/turnlog"
-
 	gojson "github.com/goccy/go-json"
 
 	"github.com/turnlog/turnlog/internal/replay"
@@ -389,30 +387,30 @@ func deleteUnlisted(ctx context.Context, log Log, dir string, before, after []Pa
 }
 
 // AppendParts stores msgs, with the diagnostics diags of their messages,
-// as the transcript for target after the parts stored (none: a new
-// transcript), merging the last parts as extendParts does, and returns the
-// parts the checkpoint is to list. Nothing is listed until Commit.
-func AppendParts(ctx context.Context, log Log, target turnlog.Adapter, stored []PartRef, msgs []replay.Message, diags []replay.Diagnostic) ([]PartRef, error) {
-	dir := TranscriptDir(target)
-	chain, err := extendParts(ctx, log, dir, stored, msgs, diags)
+// as the transcript after the parts the state lists (none: a new
+// transcript), merging the last parts as extendParts does, and has the
+// state list the parts. The stored checkpoint lists them from Commit on.
+func (c *ReplayCheckpoint) AppendParts(ctx context.Context, msgs []replay.Message, diags []replay.Diagnostic) error {
+	chain, err := extendParts(ctx, c.log, c.dir, c.State.Parts, msgs, diags)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	refs := make([]PartRef, 0, len(chain))
 	for _, l := range chain {
 		if l.part != nil {
 			data, err := l.part.encode()
 			if err != nil {
-				return nil, err
+				return err
 			}
 			l.ref.CRC32C = crc32.Checksum(data, castagnoli)
-			if err := log.PutDerived(ctx, l.ref.Name(dir), data); err != nil {
-				return nil, fmt.Errorf("write %s: %w", l.ref.Name(dir), err)
+			if err := c.log.PutDerived(ctx, l.ref.Name(c.dir), data); err != nil {
+				return fmt.Errorf("write %s: %w", l.ref.Name(c.dir), err)
 			}
 		}
 		refs = append(refs, l.ref)
 	}
-	return refs, nil
+	c.State.Parts = refs
+	return nil
 }
 
 // MessageCount is how many messages the parts hold.

@@ -2,8 +2,6 @@ package derived
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"unicode/utf8"
 
@@ -146,78 +144,11 @@ func Truncate(s string, n int) string {
 	return s[:cut] + "…"
 }
 
-// maxCheckpointBytes caps a checkpoint read. A real one is a few KiB (its
-// lists are bounded above); a forged one of megabytes of numbers would
-// decode into many times its size.
-const maxCheckpointBytes = 64 << 10
-
-// loadJSON reads a derived object into v, up to the Log's own size cap;
-// found is false when it is absent.
-func loadJSON(ctx context.Context, log Log, name string, v any) (found bool, err error) {
-	return loadJSONLimit(ctx, log, name, 0, v)
-}
-
-// LoadCheckpoint reads a checkpoint into v.
-func LoadCheckpoint(ctx context.Context, log Log, name string, v any) (found bool, err error) {
-	return loadJSONLimit(ctx, log, name, maxCheckpointBytes, v)
-}
-
-func loadJSONLimit(ctx context.Context, log Log, name string, limit int64, v any) (found bool, err error) {
-	data, err := log.GetDerived(ctx, name, limit)
-	if errors.Is(err, ErrNotFound) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("read %s: %w", name, err)
-	}
-	if err := json.Unmarshal(data, v); err != nil {
-		return false, fmt.Errorf("read %s: %w: %w", name, ErrUnusable, err)
-	}
-	return true, nil
-}
-
-// Resumable reports whether a checkpoint load left a state a run can
-// resume from: nil when it did or when there was none; an error wrapping
-// ErrUnusable when the checkpoint is there but not believable, and the run
-// starts over instead. Any other error (the store failing) is returned as
-// it is and fails the run.
-func Resumable(loadErr error, found bool, sum Summary, next, head int64) error {
-	switch {
-	case loadErr != nil:
-		return loadErr
-	case !found:
-		return nil
-	case next < 0 || next > head+1:
-		return fmt.Errorf("%w: %s checkpoint resumes at seq %d, the log's head is seq %d", ErrUnusable, sum.Task, next, head)
-	}
-	if err := sum.Check(head); err != nil {
-		return fmt.Errorf("%w: %w", ErrUnusable, err)
-	}
-	return nil
-}
-
-func StoreJSON(ctx context.Context, log Log, name string, v any) error {
-	data, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Errorf("encode %s: %w", name, err)
-	}
-	if err := log.PutDerived(ctx, name, data); err != nil {
-		return fmt.Errorf("write %s: %w", name, err)
-	}
-	return nil
-}
-
-// SegmentName names the derived object of the turns starting at seq from;
-// zero-padded so names sort in log order.
-func SegmentName(dir string, from int64) string {
-	return fmt.Sprintf("%s/%020d.json", dir, from)
-}
-
 // LoadAssembly returns the summary the last assembly run left; found is
 // false before the first run.
 func LoadAssembly(ctx context.Context, log Log) (sum Summary, found bool, err error) {
 	var state AssemblyState
-	found, err = LoadCheckpoint(ctx, log, AssemblyCheckpoint, &state)
+	found, err = loadState(ctx, log, AssemblyCheckpointName, &state)
 	return state.Summary, found, err
 }
 

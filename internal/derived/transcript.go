@@ -32,8 +32,8 @@ func TranscriptDir(target turnlog.Adapter) string {
 	return "transcript/" + hex.EncodeToString(sum[:8])
 }
 
-// ReplayCheckpoint names the checkpoint of the transcript for target.
-func ReplayCheckpoint(target turnlog.Adapter) string {
+// ReplayCheckpointName names the checkpoint of the transcript for target.
+func ReplayCheckpointName(target turnlog.Adapter) string {
 	return TranscriptDir(target) + "/checkpoint.json"
 }
 
@@ -41,16 +41,7 @@ func ReplayCheckpoint(target turnlog.Adapter) string {
 // checkpoint whose list of parts cannot be a transcript's is unusable, like
 // one that does not decode.
 func LoadReplayState(ctx context.Context, log Log, target turnlog.Adapter, state *ReplayState) (found bool, err error) {
-	name := ReplayCheckpoint(target)
-	found, err = LoadCheckpoint(ctx, log, name, state)
-	if err == nil && found {
-		if perr := checkParts(state.Parts); perr != nil {
-			err = fmt.Errorf("read %s: %w: %w", name, ErrUnusable, perr)
-		} else if c := state.Summary.Replay; state.Context == nil && c != nil && c.Compactions+c.Edits > 0 {
-			err = fmt.Errorf("read %s: %w: it does not say where the context starts", name, ErrUnusable)
-		}
-	}
-	return found, err
+	return loadState(ctx, log, ReplayCheckpointName(target), state)
 }
 
 // ReplayState is the checkpoint replay resumes from.
@@ -69,6 +60,50 @@ type ReplayState struct {
 	Context *replay.ContextState `json:"context,omitempty"`
 	// Parts are the stored parts of the transcript, in order.
 	Parts []PartRef `json:"parts,omitempty"`
+}
+
+func (s ReplayState) at() (Summary, int64) { return s.Summary, s.Next }
+
+func (s ReplayState) withSummary(sum Summary) ReplayState {
+	s.Summary = sum
+	return s
+}
+
+func (s ReplayState) check() error {
+	if err := checkParts(s.Parts); err != nil {
+		return err
+	}
+	if c := s.Summary.Replay; s.Context == nil && c != nil && c.Compactions+c.Edits > 0 {
+		return errors.New("it does not say where the context starts")
+	}
+	return nil
+}
+
+// usable: a run carries the replay counts on, so it cannot resume from a
+// checkpoint without them, which a reader of the summary may still use.
+func (s ReplayState) usable(head int64) bool {
+	return s.Summary.Replay != nil && fits(s.Summary, s.Next, head)
+}
+
+func (s ReplayState) parts() []PartRef { return s.Parts }
+
+// ReplayCheckpoint is a replay run's checkpoint: where replay for one
+// target got to and the parts of its transcript.
+type ReplayCheckpoint struct {
+	Checkpoint[ReplayState]
+}
+
+// OpenReplay opens the checkpoint of the transcript for target; with
+// startOver the run replays the log from its start, into new parts.
+func OpenReplay(ctx context.Context, log Log, target turnlog.Adapter, startOver bool) (*ReplayCheckpoint, error) {
+	fresh := func() ReplayState {
+		return ReplayState{Summary: Summary{Task: TaskReplay, ThroughSeq: -1, Replay: &ReplayCounts{Target: target}}}
+	}
+	c, err := open(ctx, log, ReplayCheckpointName(target), TranscriptDir(target), fresh, startOver)
+	if err != nil {
+		return nil, err
+	}
+	return &ReplayCheckpoint{c}, nil
 }
 
 // Transcript is a replayed transcript with the diagnostics of its degraded
@@ -159,7 +194,7 @@ func loadTranscript(ctx context.Context, log Log, target turnlog.Adapter) (Trans
 		return Transcript{}, &NotReplayedError{Want: -1, Through: -1}
 	}
 	if state.Summary.Replay == nil {
-		return Transcript{}, fmt.Errorf("read %s: %w: no replay counts", ReplayCheckpoint(target), ErrUnusable)
+		return Transcript{}, fmt.Errorf("read %s: %w: no replay counts", ReplayCheckpointName(target), ErrUnusable)
 	}
 	parts, err := readParts(ctx, log, dir, state.Parts)
 	if err != nil {
@@ -191,12 +226,11 @@ func loadTranscript(ctx context.Context, log Log, target turnlog.Adapter) (Trans
 	return out, nil
 }
 
-// ReadParts returns the messages and the diagnostics that the stored parts
-// refs of the transcript for target hold, in order: what a replay run that
-// rebuilds the transcript (after a compaction or a context edit) starts
-// from.
-func ReadParts(ctx context.Context, log Log, target turnlog.Adapter, refs []PartRef) ([]replay.Message, []replay.Diagnostic, error) {
-	parts, err := readParts(ctx, log, TranscriptDir(target), refs)
+// ReadParts returns the messages and the diagnostics that the parts the
+// state lists hold, in order: what a replay run that rebuilds the
+// transcript (after a compaction or a context edit) starts from.
+func (c *ReplayCheckpoint) ReadParts(ctx context.Context) ([]replay.Message, []replay.Diagnostic, error) {
+	parts, err := readParts(ctx, c.log, c.dir, c.State.Parts)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -207,16 +241,4 @@ func ReadParts(ctx context.Context, log Log, target turnlog.Adapter, refs []Part
 		diags = append(diags, p.header.Diagnostics...)
 	}
 	return msgs, diags, nil
-}
-
-// Commit stores s as the checkpoint of the transcript for target, then
-// deletes the parts listed (what the previous checkpoint listed) that s no
-// longer lists. Only then: a reader that read the previous checkpoint and
-// misses one of them reads the new one.
-func (s *ReplayState) Commit(ctx context.Context, log Log, target turnlog.Adapter, listed []PartRef) error {
-	if err := StoreJSON(ctx, log, ReplayCheckpoint(target), s); err != nil {
-		return err
-	}
-	deleteUnlisted(ctx, log, TranscriptDir(target), listed, s.Parts)
-	return nil
 }

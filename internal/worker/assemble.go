@@ -24,14 +24,17 @@ const maxAssemblyPartBytes = 1 << 20
 // log read), and records where the log's head, turns and last turn/end
 // are. It does nothing when the head has not moved.
 func Assemble(ctx context.Context, log derived.Log) (derived.Summary, error) {
-	r := &assemblyRun{ctx: ctx, log: log}
-	head, err := r.start()
-	if err != nil || head <= r.sum.ScannedThrough {
-		return r.sum, err
-	}
-	events, err := log.Events(ctx, r.state.Next)
+	ck, err := derived.OpenAssembly(ctx, log)
 	if err != nil {
-		return derived.Summary{}, fmt.Errorf("read the log from seq %d: %w", r.state.Next, err)
+		return derived.Summary{}, err
+	}
+	if ck.Head <= ck.Summary.ScannedThrough {
+		return ck.Summary, nil
+	}
+	r := &assemblyRun{ctx: ctx, ck: ck, a: assembler.New(ck.State.SessionAdapter), committed: emptyResult()}
+	events, err := log.Events(ctx, ck.From)
+	if err != nil {
+		return derived.Summary{}, fmt.Errorf("read the log from seq %d: %w", ck.From, err)
 	}
 	defer events.Close()
 	for {
@@ -46,59 +49,31 @@ func Assemble(ctx context.Context, log derived.Log) (derived.Summary, error) {
 			return derived.Summary{}, err
 		}
 	}
-	if r.sum.ScannedThrough < head {
+	if ck.Summary.ScannedThrough < ck.Head {
 		// A log only grows, so the events through the head read above
 		// must all be there; a shorter read is a log with objects
 		// missing, and a summary of it would be taken for the whole.
-		return derived.Summary{}, fmt.Errorf("read the log: it ended at seq %d, before seq %d, its head when this run began", r.sum.ScannedThrough, head)
+		return derived.Summary{}, fmt.Errorf("read the log: it ended at seq %d, before seq %d, its head when this run began", ck.Summary.ScannedThrough, ck.Head)
 	}
 	if err := r.commit(); err != nil {
 		return derived.Summary{}, err
 	}
-	return r.sum, nil
+	return ck.Summary, nil
 }
 
-// assemblyRun is one assembly run's state.
+// assemblyRun is one assembly run's state: its checkpoint, which it
+// folds the events into, and what it assembled since the last commit.
 type assemblyRun struct {
 	ctx context.Context
-	log derived.Log
+	ck  *derived.AssemblyCheckpoint
 	a   *assembler.Assembler
 
-	// state is the checkpoint as far as the run has got; sum the summary
-	// it returns, with this run's new diagnostics.
-	state derived.AssemblyState
-	sum   derived.Summary
-	// committed are the outputs of the turns ended since from, the first
-	// seq of the segment they are stored in; open those of the turn still
-	// streaming; read the event bytes behind committed.
+	// committed are the outputs of the turns ended since the checkpoint's
+	// From, the first seq of the segment they are stored in; open those of
+	// the turn still streaming; read the event bytes behind committed.
 	committed, open assembler.Result
-	from            int64
 	openTurn        bool
 	read            int
-}
-
-// start loads the checkpoint the run resumes from (a fresh one when it
-// cannot be believed) and returns the log's head.
-func (r *assemblyRun) start() (head int64, err error) {
-	fresh := derived.AssemblyState{Summary: derived.Summary{Task: derived.TaskAssemble, ThroughSeq: -1, ScannedThrough: -1}}
-	r.state = fresh
-	found, err := derived.LoadCheckpoint(r.ctx, r.log, derived.AssemblyCheckpoint, &r.state)
-	if err != nil && !errors.Is(err, derived.ErrUnusable) {
-		return 0, err
-	}
-	head, herr := r.log.Head(r.ctx)
-	if herr != nil {
-		return 0, fmt.Errorf("find the log's head: %w", herr)
-	}
-	if err := derived.Resumable(err, found, r.state.Summary, r.state.Next, head); err != nil {
-		r.state = fresh // derived data: assemble the log again
-	}
-	r.sum = r.state.Summary
-	r.sum.New, r.sum.NewTotal = nil, 0
-	r.a = assembler.New(r.state.SessionAdapter)
-	r.committed = emptyResult()
-	r.from = r.state.Next
-	return head, nil
 }
 
 // emptyResult is a Result that encodes its lists as [], not null.
@@ -108,7 +83,7 @@ func emptyResult() assembler.Result {
 
 // take assembles one event.
 func (r *assemblyRun) take(e *turnlog.Event) error {
-	r.sum.ScannedThrough = e.Seq
+	r.ck.Summary.ScannedThrough = e.Seq
 	r.read += len(e.Raw)
 	out := r.a.Add(e)
 	if out.Message != nil {
@@ -119,7 +94,7 @@ func (r *assemblyRun) take(e *turnlog.Event) error {
 	switch e.Type {
 	case turnlog.TypeSessionStart:
 		p, _ := e.SessionStart()
-		r.state.SessionAdapter = p.Adapter
+		r.ck.State.SessionAdapter = p.Adapter
 	case turnlog.TypeTurnStart:
 		r.openTurn = true
 	case turnlog.TypeTurnEnd:
@@ -132,21 +107,22 @@ func (r *assemblyRun) take(e *turnlog.Event) error {
 // committed once it has read maxAssemblyPartBytes.
 func (r *assemblyRun) endTurn(e *turnlog.Event) error {
 	end, _ := e.TurnEnd()
+	state, sum := &r.ck.State, &r.ck.Summary
 	r.openTurn = false
-	r.state.CommittedTurns++
-	r.state.Next = e.Seq + 1
-	r.sum.ThroughSeq = e.Seq
-	r.sum.LastTurnEnd = &derived.TurnEnd{Seq: e.Seq, Turn: e.Turn, Reason: end.Reason}
+	state.CommittedTurns++
+	state.Next = e.Seq + 1
+	sum.ThroughSeq = e.Seq
+	sum.LastTurnEnd = &derived.TurnEnd{Seq: e.Seq, Turn: e.Turn, Reason: end.Reason}
 	r.committed.Messages = append(r.committed.Messages, r.open.Messages...)
 	r.committed.Partials = append(r.committed.Partials, r.open.Partials...)
 	r.committed.Diagnostics = append(r.committed.Diagnostics, r.open.Diagnostics...)
 	for _, d := range r.open.Diagnostics {
 		switch d.Code {
 		case assembler.CodeEnvelopeMisaligned:
-			r.sum.EnvelopesDiscarded++
-			r.sum.Note(derived.Diagnostic{Seq: d.Seq, Cause: d.Code, Message: d.Message})
+			sum.EnvelopesDiscarded++
+			sum.Note(derived.Diagnostic{Seq: d.Seq, Cause: d.Code, Message: d.Message})
 		case assembler.CodeMessageTooLarge:
-			r.sum.Note(derived.Diagnostic{Seq: d.Seq, Cause: d.Code, Message: d.Message})
+			sum.Note(derived.Diagnostic{Seq: d.Seq, Cause: d.Code, Message: d.Message})
 		}
 	}
 	r.open = assembler.Result{}
@@ -157,23 +133,19 @@ func (r *assemblyRun) endTurn(e *turnlog.Event) error {
 		return err
 	}
 	r.committed = emptyResult()
-	r.from, r.read = r.state.Next, 0
+	r.read = 0
 	return nil
 }
 
-// commit stores the committed turns since from and a checkpoint.
+// commit stores the turns committed since the last commit, then the
+// checkpoint.
 func (r *assemblyRun) commit() error {
-	if r.state.Next > r.from {
-		// Written before the checkpoint: a run that dies in between
-		// leaves a segment the next run rewrites under the same name.
-		if err := derived.StoreJSON(r.ctx, r.log, derived.SegmentName(derived.AssemblyDir, r.from), r.committed); err != nil {
-			return err
-		}
+	if err := r.ck.StoreSegment(r.ctx, r.committed); err != nil {
+		return err
 	}
-	r.sum.Turns = r.state.CommittedTurns
+	r.ck.Summary.Turns = r.ck.State.CommittedTurns
 	if r.openTurn {
-		r.sum.Turns++
+		r.ck.Summary.Turns++
 	}
-	r.state.Summary = r.sum
-	return derived.StoreJSON(r.ctx, r.log, derived.AssemblyCheckpoint, r.state)
+	return r.ck.Commit(r.ctx)
 }

@@ -24,7 +24,7 @@ func TestForgedAssemblyCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	forged := `{"summary":{"task":"assemble","throughSeq":1000,"scannedThrough":1000,"turns":3,"lastTurnEnd":{"seq":1000,"turn":3,"reason":"stop"}},"next":1001,"committedTurns":3}`
-	log.objects[derived.AssemblyCheckpoint] = []byte(forged)
+	log.objects[derived.AssemblyCheckpointName] = []byte(forged)
 
 	sum, found, err := derived.LoadAssembly(ctx, log)
 	if err != nil || !found {
@@ -50,7 +50,7 @@ func TestForgedReplayCheckpoint(t *testing.T) {
 	log := newMemLog(t, loggen.Log(200, 7))
 	head, _ := log.Head(ctx)
 	target := loggen.Adapter
-	name := derived.ReplayCheckpoint(target)
+	name := derived.ReplayCheckpointName(target)
 
 	// 500 degraded messages listed: more than a run ever lists.
 	var state derived.ReplayState

@@ -51,13 +51,14 @@ func ReplayWith(ctx context.Context, log derived.Log, target turnlog.Adapter, o 
 // replayRun is one run of Replay, from the checkpoint or, with startOver
 // or when the checkpoint is unusable, from the start of the log.
 func replayRun(ctx context.Context, log derived.Log, target turnlog.Adapter, o ReplayOptions, startOver bool) (derived.Summary, error) {
-	r := &replayRunner{ctx: ctx, log: log, target: target, opts: o}
-	if err := r.start(startOver); err != nil {
+	ck, err := derived.OpenReplay(ctx, log, target, startOver)
+	if err != nil {
 		return derived.Summary{}, err
 	}
-	events, err := log.Events(ctx, r.state.Next)
+	r := &replayRunner{ctx: ctx, log: log, opts: o, ck: ck, settled: lastTurnEnd(ctx, log)}
+	events, err := log.Events(ctx, ck.From)
 	if err != nil {
-		return derived.Summary{}, fmt.Errorf("read the log from seq %d: %w", r.state.Next, err)
+		return derived.Summary{}, fmt.Errorf("read the log from seq %d: %w", ck.From, err)
 	}
 	defer events.Close()
 	r.events = events
@@ -67,7 +68,7 @@ func replayRun(ctx context.Context, log derived.Log, target turnlog.Adapter, o R
 			return derived.Summary{}, err
 		}
 		if !more {
-			return r.sum, nil
+			return ck.Summary, nil
 		}
 	}
 }
@@ -76,67 +77,32 @@ func replayRun(ctx context.Context, log derived.Log, target turnlog.Adapter, o R
 type replayRunner struct {
 	ctx    context.Context
 	log    derived.Log
-	target turnlog.Adapter
 	opts   ReplayOptions
 	events derived.Events
 
-	// state is the checkpoint as far as the run has got; listed are the
-	// parts the checkpoint last stored lists, deleted once no longer listed.
-	state  derived.ReplayState
-	listed []derived.PartRef
-	// sum is the summary the run returns: the checkpoint's, with this run's
-	// new diagnostics.
-	sum derived.Summary
-	// from is the seq the run started at; settled the last turn/end
-	// assembly saw (see start).
-	from, settled int64
+	// ck is the checkpoint as far as the run has got; its summary is the
+	// one the run returns, with this run's new diagnostics.
+	ck *derived.ReplayCheckpoint
+	// settled is the last turn/end assembly saw (see lastTurnEnd).
+	settled int64
 }
 
-// fresh is the checkpoint of a transcript not replayed yet; a new value
-// each time, as a checkpoint is decoded into the counts it points to.
-func (r *replayRunner) fresh() derived.ReplayState {
-	return derived.ReplayState{Summary: derived.Summary{Task: derived.TaskReplay, ThroughSeq: -1, Replay: &derived.ReplayCounts{Target: r.target}}}
-}
-
-// start loads the checkpoint the run resumes from, or starts over when
-// asked to or when the checkpoint cannot be believed.
-func (r *replayRunner) start(startOver bool) error {
-	r.state = r.fresh()
-	found, err := derived.LoadReplayState(r.ctx, r.log, r.target, &r.state)
-	if err != nil && !errors.Is(err, derived.ErrUnusable) {
-		return err
+// lastTurnEnd is the last turn/end assembly saw, -1 when it is not known.
+// The turns that end by it are known to end: their events go to the
+// builder as they come. A turn past it may still be open, so its events
+// wait until its turn/end (a run stops at a turn boundary). So the run
+// holds at most the events of turns written since the last assembly, never
+// a whole huge turn that assembly has already seen end.
+func lastTurnEnd(ctx context.Context, log derived.Log) int64 {
+	if asm, found, err := derived.LoadAssembly(ctx, log); err == nil && found && asm.LastTurnEnd != nil {
+		return asm.LastTurnEnd.Seq
 	}
-	head, herr := r.log.Head(r.ctx)
-	if herr != nil {
-		return fmt.Errorf("find the log's head: %w", herr)
-	}
-	if err == nil {
-		r.listed = r.state.Parts
-	}
-	if err := derived.Resumable(err, found, r.state.Summary, r.state.Next, head); err != nil || r.state.Summary.Replay == nil || startOver {
-		r.state = r.fresh() // derived data: replay the log again
-	}
-	// The turns that end by the last turn/end assembly saw are known to
-	// end: their events go to the builder as they come. A turn past it
-	// may still be open, so its events wait until its turn/end (a run
-	// stops at a turn boundary). So the run holds at most the events of
-	// turns written since the last assembly, never a whole huge turn that
-	// assembly has already seen end.
-	r.settled = -1
-	if asm, found, err := derived.LoadAssembly(r.ctx, r.log); err == nil && found && asm.LastTurnEnd != nil {
-		r.settled = asm.LastTurnEnd.Seq
-	}
-	r.sum = r.state.Summary
-	r.sum.New, r.sum.NewTotal = nil, 0
-	r.from = r.state.Next
-	return nil
+	return -1
 }
 
 // replayPass is what one pass builds before it is stored.
 type replayPass struct {
-	// stored are the parts the pass extends; counts the run's counts with
-	// what the pass replayed added.
-	stored []derived.PartRef
+	// counts are the run's counts with what the pass replayed added.
 	counts derived.ReplayCounts
 	// b builds the pass's messages, made when the first event settles.
 	b *replay.Builder
@@ -152,7 +118,7 @@ type replayPass struct {
 // pass takes in, however much of the log a run catches up with. It
 // reports whether the log goes on.
 func (r *replayRunner) pass() (more bool, err error) {
-	p := &replayPass{stored: r.state.Parts, counts: *r.sum.Replay}
+	p := &replayPass{counts: *r.ck.Summary.Replay}
 	p.counts.DegradedSeqs = cloneSeqs(p.counts.DegradedSeqs)
 	p.counts.RefusedSeqs = cloneSeqs(p.counts.RefusedSeqs)
 	p.counts.Refused = maps.Clone(p.counts.Refused)
@@ -173,18 +139,18 @@ func (r *replayRunner) builder(p *replayPass) *replay.Builder {
 	// the builder then asks for them, and the run stores the whole
 	// transcript anew, with the diagnostics the old parts held.
 	var prior func() ([]replay.Message, error)
-	if r.state.Next > 0 {
+	if r.ck.State.Next > 0 {
 		prior = func() ([]replay.Message, error) {
-			msgs, diags, err := derived.ReadParts(r.ctx, r.log, r.target, p.stored)
+			msgs, diags, err := r.ck.ReadParts(r.ctx)
 			p.priorDiags = diags
 			return msgs, err
 		}
 	}
 	var context replay.ContextState
-	if r.state.Context != nil {
-		context = *r.state.Context
+	if r.ck.State.Context != nil {
+		context = *r.ck.State.Context
 	}
-	p.b = replay.NewBuilder(replay.Options{Target: p.counts.Target, Through: replay.Head, Open: r.state.Open, Prior: prior,
+	p.b = replay.NewBuilder(replay.Options{Target: p.counts.Target, Through: replay.Head, Open: r.ck.State.Open, Prior: prior,
 		Context: context, Reread: r.reread, SentKeptThrough: r.opts.SentKeptThrough,
 		OnDiagnostic: func(d replay.Diagnostic) { p.diags = append(p.diags, d) }})
 	return p.b
@@ -215,7 +181,7 @@ func (r *replayRunner) takeIn(p *replayPass) (more bool, err error) {
 			return false, fmt.Errorf("read the log: %w", err)
 		}
 		taken, takenBytes = taken+1, takenBytes+len(e.Raw)
-		if r.from == 0 && e.Seq == 0 {
+		if r.ck.From == 0 && e.Seq == 0 {
 			if start, ok := e.SessionStart(); ok {
 				p.counts.Target = defaultAdapter(p.counts.Target, start.Adapter)
 			}
@@ -250,8 +216,8 @@ func (r *replayRunner) takeIn(p *replayPass) (more bool, err error) {
 			return false, err
 		}
 		turn = turn[:0]
-		r.state.Next = e.Seq + 1
-		r.sum.ThroughSeq = e.Seq
+		r.ck.State.Next = e.Seq + 1
+		r.ck.Summary.ThroughSeq = e.Seq
 		if taken >= passEvents || takenBytes >= passBytes {
 			return true, nil
 		}
@@ -259,29 +225,24 @@ func (r *replayRunner) takeIn(p *replayPass) (more bool, err error) {
 }
 
 // commit folds what the pass built into the counts, stores its messages
-// as parts and writes the checkpoint that lists them.
+// as parts and commits the checkpoint that lists them.
 func (r *replayRunner) commit(p *replayPass) error {
+	ck := r.ck
 	res, open := p.b.Checkpoint()
 	context := p.b.ContextState()
-	r.state.Open, r.state.Context = open, &context
+	ck.State.Open, ck.State.Context = open, &context
 	r.foldCounts(p, res)
-	partDiags, stored := p.diags, p.stored
+	partDiags := p.diags
 	if res.Rebuilt {
-		stored, partDiags = nil, slices.Concat(p.priorDiags, p.diags)
+		// The whole transcript, in new parts that replace the stored ones.
+		ck.State.Parts, partDiags = nil, slices.Concat(p.priorDiags, p.diags)
 	}
-	parts, err := derived.AppendParts(r.ctx, r.log, r.target, stored, res.Messages, partDiags)
-	if err != nil {
+	if err := ck.AppendParts(r.ctx, res.Messages, partDiags); err != nil {
 		return err
 	}
-	r.sum.Replay.ContextMessages = int64(len(r.state.Open.Tail())) + derived.MessageCount(parts)
-	r.sum.Replay.RefusedDropped = int64(len(context.Dropped))
-	r.state.Parts = parts
-	r.state.Summary = r.sum
-	if err := r.state.Commit(r.ctx, r.log, r.target, r.listed); err != nil {
-		return err
-	}
-	r.listed = r.state.Parts
-	return nil
+	ck.Summary.Replay.ContextMessages = int64(len(ck.State.Open.Tail())) + derived.MessageCount(ck.State.Parts)
+	ck.Summary.Replay.RefusedDropped = int64(len(context.Dropped))
+	return ck.Commit(r.ctx)
 }
 
 // foldCounts adds what the pass replayed to the run's counts and notes its
@@ -311,7 +272,7 @@ func (r *replayRunner) foldCounts(p *replayPass, res replay.Result) {
 		default: // replay.CodeInvalidReplayState: a degraded message
 			c.DegradedSeqs = noteSeq(c.DegradedSeqs, cause, d.Seq)
 		}
-		r.sum.Note(derived.Diagnostic{Seq: d.Seq, Code: d.Code, Cause: cause, Message: d.Message})
+		r.ck.Summary.Note(derived.Diagnostic{Seq: d.Seq, Code: d.Code, Cause: cause, Message: d.Message})
 	}
 	c.RunCompactions, c.RunEdits = int64(res.Context.Compactions), int64(res.Context.Edits)
 	c.Compactions += c.RunCompactions
@@ -319,7 +280,7 @@ func (r *replayRunner) foldCounts(p *replayPass, res replay.Result) {
 	if res.Context.CompactionSeq >= 0 {
 		c.LastCompactionSeq = &res.Context.CompactionSeq
 	}
-	r.sum.Replay = c
+	r.ck.Summary.Replay = c
 }
 
 // A replay pass takes in at most about this many events, or bytes of

@@ -39,7 +39,7 @@ func wholeReplay(t *testing.T, data []byte) derived.Transcript {
 func partsOf(log *memLog, target turnlog.Adapter) []string {
 	var names []string
 	for _, k := range keys(log.objects) {
-		if strings.HasPrefix(k, derived.TranscriptDir(target)+"/") && k != derived.ReplayCheckpoint(target) {
+		if strings.HasPrefix(k, derived.TranscriptDir(target)+"/") && k != derived.ReplayCheckpointName(target) {
 			names = append(names, k)
 		}
 	}
@@ -81,7 +81,7 @@ func TestTranscriptOfARunPerTurnStaysInFewParts(t *testing.T) {
 			t.Fatalf("after the run through line %d: %v", i+1, err)
 		}
 		var state derived.ReplayState
-		if err := json.Unmarshal(log.objects[derived.ReplayCheckpoint(turnlog.Adapter{})], &state); err != nil {
+		if err := json.Unmarshal(log.objects[derived.ReplayCheckpointName(turnlog.Adapter{})], &state); err != nil {
 			t.Fatal(err)
 		}
 		if limit := bits.Len(uint(len(tr.Messages))) + 1; len(state.Parts) > limit {
@@ -182,7 +182,7 @@ func TestABadPartIsRefused(t *testing.T) {
 			bad := c.corrupt(log.objects[names[0]])
 			log.objects[names[0]] = bad
 			if c.fixCRC {
-				name := derived.ReplayCheckpoint(turnlog.Adapter{})
+				name := derived.ReplayCheckpointName(turnlog.Adapter{})
 				var state derived.ReplayState
 				if err := json.Unmarshal(log.objects[name], &state); err != nil {
 					t.Fatal(err)

@@ -367,7 +367,7 @@ func TestAssembleRefusesShortRead(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "it ended at seq 4, before seq 21, its head when this run began") {
 		t.Fatalf("Assemble of a log that reads short = %v, want an error saying where it ended", err)
 	}
-	if _, ok := l.objects[derived.AssemblyCheckpoint]; ok {
+	if _, ok := l.objects[derived.AssemblyCheckpointName]; ok {
 		t.Fatal("a short read left an assembly checkpoint")
 	}
 }
@@ -489,7 +489,7 @@ func TestReplayCheckpointWithoutContextIsReplayedAgain(t *testing.T) {
 	if _, err := Replay(ctx, log, turnlog.Adapter{}); err != nil {
 		t.Fatal(err)
 	}
-	name := derived.ReplayCheckpoint(turnlog.Adapter{})
+	name := derived.ReplayCheckpointName(turnlog.Adapter{})
 	var checkpoint map[string]json.RawMessage
 	if err := json.Unmarshal(log.objects[name], &checkpoint); err != nil {
 		t.Fatalf("checkpoint %s: %v", name, err)
