@@ -157,12 +157,12 @@ func (c *piConverter) entry(i int) (ev map[string]any, kind string, err error) {
 	case e.Type == "message" && m.Role == "custom":
 		contextMessage("extension:"+m.CustomType, textBlocks(m.Content), messageTime(m, e.Timestamp))
 	case e.Type == "message" && m.Role == "bashExecution" && !m.ExcludeFromContext:
-		contextMessage("bash", []map[string]string{{"type": "text", "text": bashExecutionText(m)}}, messageTime(m, e.Timestamp))
+		contextMessage("bash", text(bashExecutionText(m)), messageTime(m, e.Timestamp))
 		return ev, "fixed", nil
 	case e.Type == "custom_message":
 		contextMessage("extension:"+x.CustomType, textBlocks(x.Content), e.Timestamp)
 	case e.Type == "branch_summary" && x.Summary != "":
-		contextMessage("branchSummary", []map[string]string{{"type": "text", "text": piBranchSummaryPrefix + x.Summary + piBranchSummarySuffix}}, e.Timestamp)
+		contextMessage("branchSummary", text(piBranchSummaryPrefix+x.Summary+piBranchSummarySuffix), e.Timestamp)
 		return ev, "fixed", nil
 	case e.Type == "compaction":
 		c.compaction(i, x, ev)
@@ -239,7 +239,7 @@ func (c *piConverter) compaction(i int, x piContextEntry, ev map[string]any) {
 		}
 	}
 	ev["type"], ev["content"], ev["firstKeptSeq"] = turnlog.TypeCompaction,
-		[]map[string]string{{"type": "text", "text": piCompactionPrefix + x.Summary + piCompactionSuffix}}, firstKept
+		text(piCompactionPrefix+x.Summary+piCompactionSuffix), firstKept
 	if x.TokensBefore != nil {
 		ev["tokensBefore"] = *x.TokensBefore
 	}
@@ -260,14 +260,14 @@ func (c *piConverter) contextEdit(e *piEntry, x piContextEntry, ev map[string]an
 	case null:
 		ev["type"], ev["targetSeq"], ev["replacement"] = turnlog.TypeContextEdit, target.seq, json.RawMessage("null")
 	default:
-		replacement := x.Replacement
+		var replacement any = x.Replacement
 		if c.s.Events[target.seq].Type == string(turnlog.TypeContextMessage) {
 			// An extension message's string content is sent as a text block.
 			var r struct {
 				Content json.RawMessage `json:"content"`
 			}
-			_ = json.Unmarshal(replacement, &r)
-			replacement, _ = json.Marshal(map[string]any{"content": textBlocks(r.Content)})
+			_ = json.Unmarshal(x.Replacement, &r)
+			replacement = map[string]any{"content": textBlocks(r.Content)}
 		}
 		ev["type"], ev["targetSeq"], ev["replacement"] = turnlog.TypeContextEdit, target.seq, replacement
 	}
@@ -326,6 +326,15 @@ var piProviderAPI = map[string]string{
 	"xai": "openai-responses", "zai": "openai-completions",
 }
 
+// textBlock is a pi-ai text block, its members in pi-ai's order.
+type textBlock struct {
+	Type string `json:"type"`
+	Text string `json:"text"`
+}
+
+// text is s as the content pi sends: one text block.
+func text(s string) []textBlock { return []textBlock{{Type: "text", Text: s}} }
+
 // textBlocks is content as pi sends an extension message's: a string
 // becomes one text block, null no blocks.
 func textBlocks(content json.RawMessage) any {
@@ -333,9 +342,9 @@ func textBlocks(content json.RawMessage) any {
 	case content == nil || string(content) == "null":
 		return []any{}
 	case content[0] == '"':
-		var text string
-		_ = json.Unmarshal(content, &text)
-		return []map[string]string{{"type": "text", "text": text}}
+		var s string
+		_ = json.Unmarshal(content, &s)
+		return text(s)
 	}
 	return content
 }

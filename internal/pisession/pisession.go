@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"unicode/utf8"
 
 	"github.com/turnlog/turnlog/internal/turnlog"
 )
@@ -123,12 +124,13 @@ func (o orderedEvent) MarshalJSON() ([]byte, error) {
 			// <, > and & in it).
 			return json.Compact(&buf, raw)
 		}
-		enc := json.NewEncoder(&buf)
+		var value bytes.Buffer
+		enc := json.NewEncoder(&value)
 		enc.SetEscapeHTML(false)
 		if err := enc.Encode(v); err != nil {
 			return err
 		}
-		buf.Truncate(buf.Len() - 1) // Encode's newline
+		buf.Write(unescapeSeparators(bytes.TrimSuffix(value.Bytes(), []byte("\n"))))
 		return nil
 	}
 	for _, k := range []string{"type", "turn", "time", "adapter", "response", "origin", "content", "sections", "toolsAdded", "toolsRemoved",
@@ -140,6 +142,35 @@ func (o orderedEvent) MarshalJSON() ([]byte, error) {
 	}
 	buf.WriteByte('}')
 	return buf.Bytes(), nil
+}
+
+// unescapeSeparators writes U+2028 and U+2029 as they are where
+// encoding/json escapes them (it always does), as JavaScript's
+// JSON.stringify, and so pi and the pi package, write them: what turnlog
+// composes of pi's text is then written as pi writes that text.
+func unescapeSeparators(b []byte) []byte {
+	if !bytes.Contains(b, []byte(`\u202`)) {
+		return b
+	}
+	out := make([]byte, 0, len(b))
+	for i := 0; i < len(b); i++ {
+		switch {
+		case b[i] != '\\' || i+1 == len(b):
+			out = append(out, b[i])
+		case i+5 < len(b) && (string(b[i+1:i+6]) == "u2028" || string(b[i+1:i+6]) == "u2029"):
+			r := '\u2028'
+			if b[i+5] == '9' {
+				r = '\u2029'
+			}
+			out = utf8.AppendRune(out, r)
+			i += 5
+		default:
+			// Any other escape, \\ included, as it is.
+			out = append(out, b[i], b[i+1])
+			i++
+		}
+	}
+	return out
 }
 
 // check runs the log through turnlog's structure check, naming the file
