@@ -122,6 +122,14 @@ func readPiEntries(r io.Reader, name string) ([]*piEntry, piHeader, error) {
 	if header.Version > Version {
 		return nil, header, lineErr(name, headerLine, "version", "%d is newer than this reader (%d)", header.Version, Version)
 	}
+	if header.Version < Version {
+		// pi-coding-agent's migrations leave the header at the version they
+		// migrate to.
+		var err error
+		if header.raw, err = withMember(header.raw, "version", []byte(strconv.Itoa(Version))); err != nil {
+			return nil, header, lineErr(name, headerLine, "", "%v", err)
+		}
+	}
 	seen := map[string]int{}
 	for i, e := range entries {
 		if header.Version < 2 {
@@ -276,27 +284,59 @@ func piPath(entries []*piEntry, name, leaf string) ([]*piEntry, error) {
 	return path, nil
 }
 
-// withMember returns the JSON object with member k set to v.
+// withMember returns the JSON object with member k set to v, as
+// JavaScript's {...object, [k]: v} does: in the member's place if the
+// object has it, else last. The other members are kept as they are, in
+// their order.
 func withMember(object json.RawMessage, k string, v json.RawMessage) (json.RawMessage, error) {
-	var o map[string]json.RawMessage
-	if err := json.Unmarshal(object, &o); err != nil {
-		return nil, err
+	dec := json.NewDecoder(bytes.NewReader(object))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil, errors.New("not a JSON object")
 	}
-	o[k] = v
-	return json.Marshal(o)
+	out := []byte{'{'}
+	set := func(key, value []byte) {
+		if len(out) > 1 {
+			out = append(out, ',')
+		}
+		out = append(append(append(out, key...), ':'), value...)
+	}
+	found := false
+	for end := dec.InputOffset(); dec.More(); end = dec.InputOffset() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		// The key as written: what lies between the previous value and
+		// the key's end, but for the comma and white space.
+		key := bytes.TrimSpace(bytes.TrimLeft(bytes.TrimSpace(object[end:dec.InputOffset()]), ","))
+		var value json.RawMessage
+		if err := dec.Decode(&value); err != nil {
+			return nil, err
+		}
+		if t == k {
+			value, found = v, true
+		}
+		set(key, value)
+	}
+	if !found {
+		name, _ := json.Marshal(k)
+		set(name, v)
+	}
+	return append(out, '}'), nil
 }
 
 // withRole returns the entry with its message's role replaced.
 func withRole(entry json.RawMessage, role string) (json.RawMessage, error) {
-	var e map[string]json.RawMessage
+	var e struct {
+		Message json.RawMessage `json:"message"`
+	}
 	if err := json.Unmarshal(entry, &e); err != nil {
 		return nil, err
 	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(e["message"], &m); err != nil {
+	r, _ := json.Marshal(role)
+	message, err := withMember(e.Message, "role", r)
+	if err != nil {
 		return nil, err
 	}
-	m["role"], _ = json.Marshal(role)
-	e["message"], _ = json.Marshal(m)
-	return json.Marshal(e)
+	return withMember(entry, "message", message)
 }
