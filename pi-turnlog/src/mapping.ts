@@ -1,6 +1,8 @@
 // How pi-coding-agent 1.6 session entries become turnlog events: the same
-// mapping as `turnlog import --format pi-session` (agenthost/pisession.go),
-// so a live recording and an import of the finished file replay alike.
+// mapping as `turnlog import --format pi-session` (internal/pisession), so
+// a live recording and an import of the finished file replay alike. The
+// golden logs of testdata/pi hold both to the same bytes
+// (test/golden.test.ts here, TestGoldenLogs there).
 
 export const COMPACTION_PREFIX = "The conversation history before this point was compacted into the following summary:\n\n<summary>\n";
 export const COMPACTION_SUFFIX = "\n</summary>";

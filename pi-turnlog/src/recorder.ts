@@ -369,7 +369,7 @@ export class Recorder {
 			}
 			ev.type = "assistant/message";
 			ev.response = response;
-			ev.message = m.content == null ? { ...m, content: [] } : m;
+			ev.message = m.content === undefined ? { ...m, content: [] } : m; // a null content is kept: replay reads it by release line
 			if (STOP_REASONS.has(m.stopReason)) this.reason = m.stopReason;
 		} else if (m?.role === "toolResult") {
 			if (!this.inTurn) this.startTurn(e.timestamp);

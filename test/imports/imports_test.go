@@ -80,6 +80,7 @@ var rows = []row{
 	domain("internal/forkcut", "internal/turnlog"),
 	domain("internal/replay", "internal/assembler", "internal/turnlog"),
 	domain("internal/assembler", "internal/turnlog"),
+	domain("internal/pisession", "internal/turnlog"),
 	domain("internal/turnlog"),
 	domain("internal/store"),
 	{pkgs: []string{"internal/outcome", "internal/fairqueue"}, never: notAbove},

@@ -804,6 +804,24 @@ function toolTurn(sm, model, question, id, command, output, answer) {
 	record("two-leaves-first-leaf", sm, t2.a, body);
 }
 
+{
+	// Text turnlog composes of pi's: a shell command's output, an
+	// extension's string content and an edit of it, a summary, with line
+	// and paragraph separators (U+2028, U+2029), markup characters and
+	// non-ASCII, which pi writes as they are.
+	const sm = hand("text-as-written");
+	sm.appendModelChange(A.provider, A.id);
+	sm.appendMessage(bash("cat notes", "one\u2028two\u2029three <b>&amp;</b> naïve"));
+	turn(sm, A, "Read the notes.", "Three lines.");
+	const note = sm.appendCustomMessageEntry("note", "a\u2028b <i>", true);
+	turn(sm, A, "And the note?", "Two lines.");
+	const edit = sm.appendContextEdit(note, { content: "a\u2029b <i> & c" });
+	turn(sm, A, "Rewrite them.", "Rewritten.");
+	sm.branchWithSummary(edit, "Rewrote the notes\u2028with <b> kept.", { readFiles: [], modifiedFiles: ["notes"] }, false, usage(300, 40));
+	turn(sm, A, "Once more.", "Done.");
+	record("text-as-written", sm);
+}
+
 const handCases = written;
 
 // ---------------------------------------------------------------------------

@@ -8,7 +8,8 @@ import { readFileSync } from "node:fs";
 import { rootOf, SegmentLog } from "../../../pi-turnlog/src/log.ts";
 import type { Entry } from "../../../pi-turnlog/src/mapping.ts";
 import { adapterOf, Recorder } from "../../../pi-turnlog/src/recorder.ts";
-import { openStore, withGetHook } from "../../../pi-turnlog/src/store.ts";
+import { openStore } from "../../../pi-turnlog/src/openstore.ts";
+import { withGetHook } from "../../../pi-turnlog/src/store.ts";
 
 async function main() {
 	const [url, where, file, runs] = process.argv.slice(2);
