@@ -272,7 +272,10 @@ func waitForPod(t *testing.T, ns, selector string, done func(*corev1.Pod) bool) 
 func waitForPodOf(t *testing.T, cs kubernetes.Interface, ns, selector string, done func(*corev1.Pod) bool) *corev1.Pod {
 	t.Helper()
 	var found *corev1.Pod
-	waitFor(t, time.Minute, fmt.Sprintf("a pod in %s matching %q", ns, selector), func() bool {
+	// Generous: a replacement waits out the Job controller's backoff for
+	// the pod that failed, and on a busy machine the controller manager
+	// and the node take their time; a slow machine must not make it red.
+	waitFor(t, 3*time.Minute, fmt.Sprintf("a pod in %s matching %q", ns, selector), func() bool {
 		pods, err := cs.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: selector})
 		if err != nil {
 			return false
