@@ -54,8 +54,8 @@ type SessionReconciler struct {
 	// timeout). 0 is no bound.
 	StoreTimeout time.Duration
 
-	// queue is the controller's fair queue (limits.go); watchdog, if set,
-	// bounds and tracks its reconciles (watchdog.go).
+	// queue is the controller's fair queue (fair_queue.go); watchdog, if
+	// set, bounds and tracks its reconciles (watchdog.go).
 	queue    *fairQueue
 	watchdog *watchdog
 	// wakeups are the Sessions a freed local worker slot is for
