@@ -1,18 +1,41 @@
 package controllers
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"sync"
 
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/internal/derived"
 	"github.com/turnlog/turnlog/internal/replay"
 	"github.com/turnlog/turnlog/internal/sessionlog"
 )
+
+// patchStatus writes the status once, from what the steps found.
+func (r *SessionReconciler) patchStatus(ctx context.Context, s *sessionScope, reconcileErr error) error {
+	r.reportRefused(s)
+	base := s.session.DeepCopy()
+	base.Status = s.before
+	setSessionConditions(s)
+	if reconcileErr == nil {
+		s.session.Status.ObservedGeneration = s.session.Generation
+	}
+	if equality.Semantic.DeepEqual(s.before, s.session.Status) {
+		return nil
+	}
+	if err := r.Status().Patch(ctx, s.session, client.MergeFrom(base)); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("patch status: %w", err)
+	}
+	r.written.Store(s.session.UID, s.session.ResourceVersion)
+	return nil
+}
 
 // applyHead puts what the log's head says into status.
 func applyHead(st *turnlogv1.SessionStatus, h sessionlog.HeadInfo) {
