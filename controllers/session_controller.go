@@ -291,25 +291,31 @@ func (r *SessionReconciler) reconcileDerived(ctx context.Context, s *sessionScop
 		r.applyReplay(s)
 	}
 
-	s.pending = ""
-	head := s.head.Head()
+	s.pending = s.pendingTask()
+	return nil
+}
+
+// pendingTask is the work the results leave to do: assembly until it has
+// read through the head, then replay until it is through the settled part
+// of the log; "" when both are current.
+func (s *sessionScope) pendingTask() derived.Task {
 	lastEnd := int64(-1)
 	if s.head.LastTurnEnd != nil {
 		lastEnd = s.head.LastTurnEnd.Seq
 	}
 	switch {
-	case s.assembly == nil || s.assembly.ScannedThrough < head:
-		s.pending = derived.TaskAssemble
-	case lastEnd >= 0 && (s.replay == nil || s.replay.ThroughSeq < s.settled()):
-		s.pending = derived.TaskReplay
+	case s.assembly == nil || s.assembly.ScannedThrough < s.head.Head():
+		return derived.TaskAssemble
+	case lastEnd >= 0 && (s.replay == nil || s.replay.ThroughSeq < s.settledThrough()):
+		return derived.TaskReplay
 	}
-	return nil
+	return ""
 }
 
-// settled is the last seq replay can take in: the head when no turn is
-// open (events between turns, such as a compaction after the last turn,
-// are settled as they come), else the last turn/end.
-func (s *sessionScope) settled() int64 {
+// settledThrough is the last seq replay can take in: the head when no
+// turn is open (events between turns, such as a compaction after the last
+// turn, are settled as they come), else the last turn/end.
+func (s *sessionScope) settledThrough() int64 {
 	if s.head.LastTurnEnd == nil {
 		return -1
 	}

@@ -11,6 +11,33 @@ import (
 	"github.com/turnlog/turnlog/internal/worker"
 )
 
+// heldBack: the failures of run, counted in status.worker, keep it from
+// another attempt now, because it has used up its attempts or waits out a
+// backoff; the Ready condition says which.
+func (r *SessionReconciler) heldBack(s *sessionScope, run WorkerRun) bool {
+	w := s.session.Status.Worker
+	if w == nil || w.Name != run.Name {
+		return false
+	}
+	if w.Failures > 0 && w.Trigger != trigger(s.session, run.Invocation) {
+		// A nudge, a spec change or another command line: the run gets
+		// its attempts afresh.
+		w.Failures, w.RetryAt, w.Trigger = 0, nil, trigger(s.session, run.Invocation)
+	}
+	if r.MaxWorkerFailures > 0 && w.Failures >= r.MaxWorkerFailures {
+		s.ready = workerFailedPermanently(run, w)
+		return true
+	}
+	if w.RetryAt != nil {
+		if wait := time.Until(w.RetryAt.Time); wait > 0 {
+			s.ready = workerFailed(run, w)
+			s.result.RequeueAfter = wait
+			return true
+		}
+	}
+	return false
+}
+
 // countFailure records a failed attempt of run in w (status.worker), and
 // either schedules the next attempt after a backoff or gives the run up
 // once it has failed --worker-max-failures times; each is announced once.

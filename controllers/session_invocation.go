@@ -10,6 +10,19 @@ import (
 	"github.com/turnlog/turnlog/internal/worker"
 )
 
+// workerRun is the run of the pending task: what it is told, and the
+// name that makes it the same run in every reconcile until its position
+// or its command line changes.
+func (s *sessionScope) workerRun() WorkerRun {
+	run := WorkerRun{
+		Session:    s.session,
+		Invocation: workerInvocation(s.session, s.pending, s.store.URL, s.location),
+		Store:      s.store.Name, Log: s.log,
+	}
+	run.Name = runName(s.session, run.Invocation, s.position(run.Task))
+	return run
+}
+
 // workerInvocation is what the Session's worker runs of task are told,
 // from its spec, its store and its location.
 func workerInvocation(session *turnlogv1.Session, task derived.Task, storeURL string, loc sessionlog.Location) worker.Invocation {
@@ -30,7 +43,7 @@ func (s *sessionScope) position(task derived.Task) string {
 		return fmt.Sprintf("head=%d", s.head.Head())
 	}
 	t := s.target
-	return fmt.Sprintf("through=%d target=%s/%s/%s/%s/%s", s.settled(), t.Kind, t.API, t.Provider, t.Model, t.ReleaseLine)
+	return fmt.Sprintf("through=%d target=%s/%s/%s/%s/%s", s.settledThrough(), t.Kind, t.API, t.Provider, t.Model, t.ReleaseLine)
 }
 
 func adapterOf(a turnlogv1.Adapter) turnlog.Adapter {

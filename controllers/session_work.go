@@ -18,46 +18,22 @@ func (r *SessionReconciler) reconcileWork(ctx context.Context, s *sessionScope) 
 		s.session.Status.Worker = nil
 	}
 	for s.pending != "" {
-		run := WorkerRun{
-			Session:    s.session,
-			Invocation: workerInvocation(s.session, s.pending, s.store.URL, s.location),
-			Store:      s.store.Name, Log: s.log,
-		}
-		run.Name = runName(s.session, run.Invocation, s.position(run.Task))
+		run := s.workerRun()
 		if busy, err := r.Workers.Busy(ctx, s.session, run.Name); err != nil {
 			return err
 		} else if busy != "" {
 			s.ready = &condition{turnlogv1.ReasonWorkPending, fmt.Sprintf("waiting for worker run %s to finish", busy)}
 			return nil
 		}
-		st := &s.session.Status
-		if w := st.Worker; w != nil && w.Name == run.Name && w.Failures > 0 && w.Trigger != trigger(s.session, run.Invocation) {
-			// A nudge, a spec change or another command line: the run gets
-			// its attempts afresh.
-			w.Failures, w.RetryAt, w.Trigger = 0, nil, trigger(s.session, run.Invocation)
-		}
-		if w := st.Worker; w != nil && w.Name == run.Name && r.MaxWorkerFailures > 0 && w.Failures >= r.MaxWorkerFailures {
-			s.ready = workerFailedPermanently(run, w)
+		if r.heldBack(s, run) {
 			return nil
-		}
-		if w := st.Worker; w != nil && w.Name == run.Name && w.RetryAt != nil {
-			if wait := time.Until(w.RetryAt.Time); wait > 0 {
-				s.ready = workerFailed(run, w)
-				s.result.RequeueAfter = wait
-				return nil
-			}
 		}
 		out, err := r.Workers.Run(ctx, run)
 		if err != nil {
 			return err
 		}
 		if out.Queued {
-			// Not an attempt: status.worker keeps what it had.
-			s.ready = &condition{turnlogv1.ReasonWorkQueued, fmt.Sprintf("%s run %s waits for a worker slot: %s", run.Task, run.Name, out.Message)}
-			if r.firstReport(s.session, "queued", run.Name) {
-				r.Recorder.Eventf(s.session, nil, "Normal", turnlogv1.EventWorkQueued, "Run", "%s", s.ready.message)
-			}
-			s.result.RequeueAfter = jittered(cmp.Or(out.RetryAfter, slotRetry))
+			r.queued(s, run, out)
 			return nil
 		}
 		if out.Done {
@@ -65,7 +41,7 @@ func (r *SessionReconciler) reconcileWork(ctx context.Context, s *sessionScope) 
 				return err
 			}
 			if s.pending != run.Task {
-				st.Worker = nil
+				s.session.Status.Worker = nil
 				continue
 			}
 			// A log only grows, so a run that finished has caught up with
@@ -75,25 +51,42 @@ func (r *SessionReconciler) reconcileWork(ctx context.Context, s *sessionScope) 
 			// backoff and reported, never waited on for ever.
 			out = WorkerOutcome{Failed: true, Attempt: out.Attempt, Message: fmt.Sprintf("%s run %s finished short of %s: %s", run.Task, run.Name, s.position(run.Task), s.reached(run.Task))}
 		}
-		if st.Worker == nil || st.Worker.Name != run.Name {
-			st.Worker = &turnlogv1.WorkerRun{Task: string(run.Task), Name: run.Name}
+		return r.recordRun(ctx, s, run, out)
+	}
+	return nil
+}
+
+// queued: the run could not start for want of a worker slot. That is not
+// an attempt, so status.worker keeps what it had; the wait is announced
+// once per run.
+func (r *SessionReconciler) queued(s *sessionScope, run WorkerRun, out WorkerOutcome) {
+	s.ready = &condition{turnlogv1.ReasonWorkQueued, fmt.Sprintf("%s run %s waits for a worker slot: %s", run.Task, run.Name, out.Message)}
+	if r.firstReport(s.session, "queued", run.Name) {
+		r.Recorder.Eventf(s.session, nil, "Normal", turnlogv1.EventWorkQueued, "Run", "%s", s.ready.message)
+	}
+	s.result.RequeueAfter = jittered(cmp.Or(out.RetryAfter, slotRetry))
+}
+
+// recordRun puts where an attempt of run stands in status.worker: a
+// failure not counted yet is counted (countFailure); one counted already
+// is over its backoff, so the run is tried again; any other run is going.
+func (r *SessionReconciler) recordRun(ctx context.Context, s *sessionScope, run WorkerRun, out WorkerOutcome) error {
+	st := &s.session.Status
+	if st.Worker == nil || st.Worker.Name != run.Name {
+		st.Worker = &turnlogv1.WorkerRun{Task: string(run.Task), Name: run.Name}
+	}
+	st.Worker.Pod = out.Pod
+	switch w := st.Worker; {
+	case out.Failed && w.FailedAttempt != out.Attempt:
+		r.countFailure(s, run, w, out)
+	case out.Failed:
+		if err := r.Workers.Retry(ctx, run); err != nil {
+			return err
 		}
-		st.Worker.Pod = out.Pod
-		switch w := st.Worker; {
-		case out.Failed && w.FailedAttempt != out.Attempt:
-			r.countFailure(s, run, w, out)
-			return nil
-		case out.Failed:
-			// The backoff after this failure is over.
-			if err := r.Workers.Retry(ctx, run); err != nil {
-				return err
-			}
-			s.ready = &condition{turnlogv1.ReasonWorkPending, fmt.Sprintf("retrying %s run %s", run.Task, run.Name)}
-			s.result.RequeueAfter = time.Second
-			return nil
-		}
+		s.ready = &condition{turnlogv1.ReasonWorkPending, fmt.Sprintf("retrying %s run %s", run.Task, run.Name)}
+		s.result.RequeueAfter = time.Second
+	default:
 		s.ready = &condition{turnlogv1.ReasonWorkPending, running(run, out)}
-		return nil
 	}
 	return nil
 }
