@@ -133,7 +133,7 @@ func TestSessionConditions(t *testing.T) {
 		if c.log {
 			s.log = derived.StoreLog{}
 		}
-		setSessionConditions(s)
+		summarize(s, nil)
 		conds := s.session.Status.Conditions
 		got := []string{cond(conds, turnlogv1.ConditionReady), cond(conds, turnlogv1.ConditionAssembled), cond(conds, turnlogv1.ConditionReplayDegraded)}
 		if want := []string{c.wantReady, c.wantAsm, c.wantDegr}; !slices.Equal(got, want) {

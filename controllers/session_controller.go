@@ -184,17 +184,10 @@ func (r *SessionReconciler) outcome(s *sessionScope, err error) outcome.Outcome 
 		return outcome.Retry(err)
 	}
 	wait := s.requeue(r.nextPoll(s))
-	if s.ready != nil && stalls(s.ready.reason) {
+	if readyReasons[s.readyReason()].stalls {
 		return outcome.Stall(wait)
 	}
 	return outcome.Wait(wait)
-}
-
-// stalls: a Session with this Ready reason cannot go on until someone acts
-// (the operator configures its store, someone nudges it or changes its
-// spec); until then it is only polled.
-func stalls(reason string) bool {
-	return reason == turnlogv1.ReasonStoreNotFound || reason == turnlogv1.ReasonWorkerFailedPermanently
 }
 
 // requeue keeps the shortest wait a step asked for, bounded by the poll
