@@ -48,8 +48,8 @@ type SessionReconciler struct {
 	// set, bounds and tracks its reconciles (watchdog.go).
 	queue    *fairQueue
 	watchdog *watchdog
-	// wakeups are the Sessions a freed local worker slot is for
-	// (slots.wake).
+	// wakeups are the Sessions a freed local worker slot (slots.wake) or
+	// a finished worker pod run is for.
 	wakeups wakeups
 	// orphans records the logs deletion leaves in a failing store; nil:
 	// only the LogOrphaned Event says where they are.
@@ -85,7 +85,8 @@ type sessionScope struct {
 	// pending is the work still to do, set once the log has been looked at.
 	pending derived.Task
 
-	// ready is the Ready condition the steps settled on; nil means Current.
+	// ready is the Ready reason and message the steps settled on, nil if
+	// nothing stopped them; summarize derives the conditions from it.
 	ready  *condition
 	result ctrl.Result
 }
@@ -177,8 +178,8 @@ func (r *SessionReconciler) runSteps(ctx, storeCtx context.Context, s *sessionSc
 
 // outcome classifies how the steps ended. A failure is retried with the
 // controller's backoff, which is capped at the poll interval
-// (SetupWithManager); a Session that needs an operator or a nudge stalls;
-// any other waits for its next look.
+// (SetupWithManager); a Session that needs an operator or a nudge stalls
+// (readyReasons); any other waits for its next look.
 func (r *SessionReconciler) outcome(s *sessionScope, err error) outcome.Outcome {
 	if err != nil {
 		return outcome.Retry(err)
