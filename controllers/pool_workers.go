@@ -3,12 +3,9 @@ package controllers
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/tls"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -30,7 +27,6 @@ import (
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/internal/derived"
-	"github.com/turnlog/turnlog/internal/worker"
 	"github.com/turnlog/turnlog/internal/workerpool"
 )
 
@@ -70,22 +66,6 @@ const (
 	DefaultWorkerIdleTimeout = 2 * time.Minute
 	DefaultWorkerPodRuns     = 1
 )
-
-// The objects pod worker mode keeps in a busy namespace.
-const (
-	// poolName names the Deployment of a namespace's worker pods, and the
-	// Secret that holds their token and the manager's certificate.
-	poolName = "turnlog-worker"
-	// labelPool marks them, and the pods.
-	labelPool = "turnlog.dev/worker-pool"
-	// annotationPoolConfig is a digest of what the pods are told (the
-	// endpoint, its certificate, the token): when it changes (a manager
-	// restarted with a new key), the pods are replaced.
-	annotationPoolConfig = "turnlog.dev/worker-config"
-)
-
-// poolLabels are on the worker Deployments, their Secrets and pods.
-var poolLabels = map[string]string{"app.kubernetes.io/name": "turnlog", "app.kubernetes.io/component": "worker", labelPool: "true"}
 
 // PoolWorkers hands each worker run to worker pods that stay while their
 // namespace is busy: a Deployment per namespace with work, scaled with its
@@ -576,8 +556,8 @@ func (w *PoolWorkers) apply(ctx context.Context, namespace string, n int32) erro
 		}
 		return nil
 	}
-	secret := poolSecret(namespace, w.tokens.Token(namespace), w.Settings.CertPEM)
-	if err := w.ensure(ctx, secret, func(have, want client.Object) bool {
+	specs := poolSpecs(namespace, n, w.Settings, w.tokens.Token(namespace))
+	if err := w.ensure(ctx, specs.secret, func(have, want client.Object) bool {
 		h, wt := have.(*corev1.Secret), want.(*corev1.Secret)
 		if equality.Semantic.DeepEqual(h.Data, wt.Data) {
 			return false
@@ -587,8 +567,7 @@ func (w *PoolWorkers) apply(ctx context.Context, namespace string, n int32) erro
 	}); err != nil {
 		return err
 	}
-	deployment := poolDeployment(namespace, n, w.Settings, configDigest(secret, w.Settings.Endpoint))
-	return w.ensure(ctx, deployment, func(have, want client.Object) bool {
+	return w.ensure(ctx, specs.deployment, func(have, want client.Object) bool {
 		h, wt := have.(*appsv1.Deployment), want.(*appsv1.Deployment)
 		if ptr.Deref(h.Spec.Replicas, 1) == *wt.Spec.Replicas && equality.Semantic.DeepDerivative(wt.Spec.Template, h.Spec.Template) {
 			return false
@@ -628,97 +607,6 @@ func kindOf(obj client.Object) string {
 		return "Secret"
 	}
 	return fmt.Sprintf("%T", obj)
-}
-
-// poolSecret holds what a namespace's worker pods authenticate with: the
-// namespace's token, and the certificate the manager's endpoint presents.
-func poolSecret(namespace, token string, cert []byte) *corev1.Secret {
-	return &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: poolName, Namespace: namespace, Labels: maps.Clone(poolLabels)},
-		Type:       corev1.SecretTypeOpaque,
-		Data:       map[string][]byte{"token": []byte(token), "ca.crt": cert},
-	}
-}
-
-// configDigest identifies what the pods are told, so that pods told
-// something else are replaced.
-func configDigest(secret *corev1.Secret, endpoint string) string {
-	h := sha256.New()
-	for _, k := range []string{"token", "ca.crt"} {
-		h.Write(secret.Data[k])
-		h.Write([]byte{0})
-	}
-	h.Write([]byte(endpoint))
-	return hex.EncodeToString(h.Sum(nil))[:16]
-}
-
-// poolDeployment is namespace's worker pods: a pure function of the
-// settings. Each pod runs `turnlog worker serve` with no Kubernetes
-// credentials, under the restricted Pod Security Standard, as a Job's
-// does.
-func poolDeployment(namespace string, replicas int32, s PoolSettings, digest string) *appsv1.Deployment {
-	labels := maps.Clone(poolLabels)
-	secretKey := func(key string) *corev1.EnvVarSource {
-		return &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
-			LocalObjectReference: corev1.LocalObjectReference{Name: poolName}, Key: key}}
-	}
-	container := corev1.Container{
-		Name:  "worker",
-		Image: s.Image,
-		Args: []string{"worker", "serve", "--endpoint=" + s.Endpoint, "--namespace=" + namespace,
-			fmt.Sprintf("--runs=%d", s.RunsPerPod)},
-		Env: []corev1.EnvVar{
-			{Name: worker.EnvPod, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
-			{Name: worker.EnvToken, ValueFrom: secretKey("token")},
-			{Name: worker.EnvCA, ValueFrom: secretKey("ca.crt")},
-		},
-		Resources:                s.Resources,
-		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-		SecurityContext:          restrictedContainer(),
-	}
-	if s.CredentialsSecret != "" {
-		container.EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{
-			LocalObjectReference: corev1.LocalObjectReference{Name: s.CredentialsSecret},
-		}}}
-	}
-	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: poolName, Namespace: namespace, Labels: maps.Clone(labels)},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(replicas),
-			Selector: &metav1.LabelSelector{MatchLabels: maps.Clone(labels)},
-			// Pods told an old token are of no use: replace them all at
-			// once.
-			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{annotationPoolConfig: digest}},
-				Spec: corev1.PodSpec{
-					ServiceAccountName:           s.ServiceAccount,
-					AutomountServiceAccountToken: ptr.To(false),
-					EnableServiceLinks:           ptr.To(false),
-					SecurityContext:              restrictedPod(),
-					Containers:                   []corev1.Container{container},
-				},
-			},
-		},
-	}
-}
-
-// restrictedContainer and restrictedPod are what the restricted Pod
-// Security Standard asks of a worker's container and pod.
-func restrictedContainer() *corev1.SecurityContext {
-	return &corev1.SecurityContext{
-		AllowPrivilegeEscalation: ptr.To(false),
-		ReadOnlyRootFilesystem:   ptr.To(true),
-		RunAsNonRoot:             ptr.To(true),
-		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-	}
-}
-
-func restrictedPod() *corev1.PodSecurityContext {
-	return &corev1.PodSecurityContext{
-		RunAsNonRoot:   ptr.To(true),
-		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-	}
 }
 
 // Pool metrics. The per-namespace series exist only while a namespace has

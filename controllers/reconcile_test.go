@@ -13,6 +13,7 @@ import (
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/internal/derived"
 	"github.com/turnlog/turnlog/internal/outcome"
+	"github.com/turnlog/turnlog/internal/sessionlog"
 	"github.com/turnlog/turnlog/internal/worker"
 )
 
@@ -132,7 +133,7 @@ func TestSessionConditions(t *testing.T) {
 		if c.log {
 			s.log = derived.StoreLog{}
 		}
-		setSessionConditions(s)
+		summarize(s, nil)
 		conds := s.session.Status.Conditions
 		got := []string{cond(conds, turnlogv1.ConditionReady), cond(conds, turnlogv1.ConditionAssembled), cond(conds, turnlogv1.ConditionReplayDegraded)}
 		if want := []string{c.wantReady, c.wantAsm, c.wantDegr}; !slices.Equal(got, want) {
@@ -140,6 +141,35 @@ func TestSessionConditions(t *testing.T) {
 		}
 		if r := meta.FindStatusCondition(conds, turnlogv1.ConditionReady); !strings.Contains(r.Message, c.wantReadyMsg) || r.ObservedGeneration != 1 {
 			t.Errorf("%s: Ready %q (generation %d), want it to say %q for generation 1", c.name, r.Message, r.ObservedGeneration, c.wantReadyMsg)
+		}
+	}
+}
+
+// TestPendingTask: what work the results leave, for each way they can
+// stand against the log's head.
+func TestPendingTask(t *testing.T) {
+	scanned := func(seq int64) *derived.Summary { return &derived.Summary{ScannedThrough: seq} }
+	through := func(seq int64) *derived.Summary { return &derived.Summary{ThroughSeq: seq} }
+	ended := func(next, end int64, open bool) sessionlog.HeadInfo {
+		return sessionlog.HeadInfo{Next: next, TurnOpen: open, LastTurnEnd: &sessionlog.TurnEnd{Seq: end}}
+	}
+	for _, c := range []struct {
+		name             string
+		head             sessionlog.HeadInfo
+		assembly, replay *derived.Summary
+		want             derived.Task
+	}{
+		{"never assembled", sessionlog.HeadInfo{Next: 4, TurnOpen: true}, nil, nil, derived.TaskAssemble},
+		{"appended to since the assembly", ended(10, 9, false), scanned(7), through(7), derived.TaskAssemble},
+		{"no turn has ended", sessionlog.HeadInfo{Next: 4, TurnOpen: true}, scanned(3), nil, ""},
+		{"a turn ended, never replayed", ended(10, 9, false), scanned(9), nil, derived.TaskReplay},
+		{"replayed through the last turn/end", ended(10, 9, false), scanned(9), through(9), ""},
+		{"events after the last turn, between turns", ended(12, 9, false), scanned(11), through(9), derived.TaskReplay},
+		{"events after the last turn, in an open turn", ended(12, 9, true), scanned(11), through(9), ""},
+	} {
+		s := &sessionScope{head: c.head, assembly: c.assembly, replay: c.replay}
+		if got := s.pendingTask(); got != c.want {
+			t.Errorf("%s: pending %q, want %q", c.name, got, c.want)
 		}
 	}
 }

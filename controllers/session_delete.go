@@ -8,8 +8,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -106,10 +104,8 @@ func (r *SessionReconciler) deleteLog(ctx context.Context, session *turnlogv1.Se
 // there; failing to say so must not stop the retry.
 func (r *SessionReconciler) setDeletionBlocked(ctx context.Context, session *turnlogv1.Session, msg string) {
 	base := session.DeepCopy()
-	meta.SetStatusCondition(&session.Status.Conditions, metav1.Condition{
-		Type: turnlogv1.ConditionReady, Status: metav1.ConditionFalse, Reason: turnlogv1.ReasonDeletionBlocked,
-		Message: derived.Truncate(msg, 1024), ObservedGeneration: session.Generation,
-	})
+	blocked := condition{turnlogv1.ReasonDeletionBlocked, msg}
+	setCondition(session, turnlogv1.ConditionReady, readyStatus(blocked.reason), blocked)
 	if equality.Semantic.DeepEqual(base.Status, session.Status) {
 		return
 	}

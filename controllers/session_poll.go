@@ -94,20 +94,17 @@ func settled(s *turnlogv1.Session, given worker.Invocation) bool {
 		return false
 	}
 	c := meta.FindStatusCondition(st.Conditions, turnlogv1.ConditionReady)
-	if c == nil || c.ObservedGeneration != s.Generation {
+	if c == nil || c.ObservedGeneration != s.Generation || !readyReasons[c.Reason].settled || c.Status != readyStatus(c.Reason) {
 		return false
 	}
-	switch {
-	case c.Status == metav1.ConditionTrue:
-		return st.Worker == nil && (c.Reason == turnlogv1.ReasonCurrent || c.Reason == turnlogv1.ReasonEmptyLog)
-	case c.Reason == turnlogv1.ReasonWorkerFailedPermanently:
+	if c.Reason == turnlogv1.ReasonWorkerFailedPermanently {
 		// Given up on until the log grows (its next run has another name),
 		// the Session is nudged (any new value: the trigger changes), its
 		// spec changes, or this manager runs the worker with another
 		// command line: polling it costs what an idle one does.
 		return st.Worker != nil && st.Worker.RetryAt == nil && st.Worker.Trigger == trigger(s, given)
 	}
-	return false
+	return st.Worker == nil
 }
 
 // nextPoll is when a reconcile that ended without an error with ready
@@ -115,7 +112,7 @@ func settled(s *turnlogv1.Session, given worker.Invocation) bool {
 // settled Session backs off, any other is looked at every PollInterval.
 // (A reconcile that failed is retried with the controller's backoff.)
 func (r *SessionReconciler) nextPoll(s *sessionScope) time.Duration {
-	if s.ready == nil || s.ready.reason == turnlogv1.ReasonEmptyLog || s.ready.reason == turnlogv1.ReasonWorkerFailedPermanently {
+	if readyReasons[s.readyReason()].settled {
 		return r.idlePoll(s.session, time.Now())
 	}
 	return r.PollInterval

@@ -1,18 +1,35 @@
 package controllers
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"sync"
 
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
-	"github.com/turnlog/turnlog/internal/derived"
 	"github.com/turnlog/turnlog/internal/replay"
 	"github.com/turnlog/turnlog/internal/sessionlog"
 )
+
+// patchStatus writes the status once, from what the steps found.
+func (r *SessionReconciler) patchStatus(ctx context.Context, s *sessionScope, reconcileErr error) error {
+	r.reportRefused(s)
+	base := s.session.DeepCopy()
+	base.Status = s.before
+	summarize(s, reconcileErr)
+	if equality.Semantic.DeepEqual(s.before, s.session.Status) {
+		return nil
+	}
+	if err := r.Status().Patch(ctx, s.session, client.MergeFrom(base)); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("patch status: %w", err)
+	}
+	r.written.Store(s.session.UID, s.session.ResourceVersion)
+	return nil
+}
 
 // applyHead puts what the log's head says into status.
 func applyHead(st *turnlogv1.SessionStatus, h sessionlog.HeadInfo) {
@@ -113,65 +130,4 @@ func capSeqs(seqs []int64) []int64 {
 		seqs = seqs[:turnlogv1.MaxDegradedSeqs]
 	}
 	return slices.Clone(seqs)
-}
-
-// setSessionConditions sets Ready, Assembled and ReplayDegraded, every one
-// of them on every pass, so a user never sees a condition go missing.
-func setSessionConditions(s *sessionScope) {
-	st := &s.session.Status
-	gen := s.session.Generation
-	set := func(t string, status metav1.ConditionStatus, reason, msg string) {
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: status, Reason: reason, Message: derived.Truncate(msg, 1024), ObservedGeneration: gen})
-	}
-
-	switch ready := s.ready; {
-	case ready == nil:
-		msg := "derived data is current with the log"
-		if h := st.HeadSeq; h != nil {
-			msg = fmt.Sprintf("assembled and replayed through the last turn/end; head is seq %d", *h)
-		}
-		set(turnlogv1.ConditionReady, metav1.ConditionTrue, turnlogv1.ReasonCurrent, msg)
-	case ready.reason == turnlogv1.ReasonEmptyLog:
-		set(turnlogv1.ConditionReady, metav1.ConditionTrue, ready.reason, ready.message)
-	default:
-		set(turnlogv1.ConditionReady, metav1.ConditionFalse, ready.reason, ready.message)
-	}
-
-	lastEnd := int64(-1)
-	if st.LastTurnEnd != nil {
-		lastEnd = st.LastTurnEnd.Seq
-	}
-	switch {
-	case s.log == nil:
-		set(turnlogv1.ConditionAssembled, metav1.ConditionUnknown, s.readyReason(), "the log could not be read")
-	case lastEnd < 0:
-		set(turnlogv1.ConditionAssembled, metav1.ConditionTrue, turnlogv1.ReasonAssembled, "no turn has ended yet")
-	case st.AssembledThroughSeq != nil && *st.AssembledThroughSeq >= lastEnd:
-		set(turnlogv1.ConditionAssembled, metav1.ConditionTrue, turnlogv1.ReasonAssembled,
-			fmt.Sprintf("every response through seq %d is assembled", *st.AssembledThroughSeq))
-	default:
-		set(turnlogv1.ConditionAssembled, metav1.ConditionFalse, turnlogv1.ReasonAssemblyPending,
-			fmt.Sprintf("turns through seq %d are not assembled yet", lastEnd))
-	}
-
-	switch rep := st.Replay; {
-	case rep != nil && rep.Degraded > 0:
-		set(turnlogv1.ConditionReplayDegraded, metav1.ConditionTrue, turnlogv1.ReasonMessagesDegraded,
-			fmt.Sprintf("%d of %d assistant messages through seq %d were replayed provider-neutral because their replay state was unusable; see status.replay.degradedSeqs",
-				rep.Degraded, rep.Native+rep.Foreign, rep.ThroughSeq))
-	case rep != nil:
-		set(turnlogv1.ConditionReplayDegraded, metav1.ConditionFalse, turnlogv1.ReasonNoneDegraded,
-			fmt.Sprintf("every usable replay state through seq %d was used", rep.ThroughSeq))
-	case lastEnd < 0 && s.log != nil:
-		set(turnlogv1.ConditionReplayDegraded, metav1.ConditionFalse, turnlogv1.ReasonNoneDegraded, "no turn has ended yet")
-	default:
-		set(turnlogv1.ConditionReplayDegraded, metav1.ConditionUnknown, turnlogv1.ReasonReplayPending, "the transcript has not been replayed yet")
-	}
-}
-
-func (s *sessionScope) readyReason() string {
-	if s.ready != nil {
-		return s.ready.reason
-	}
-	return turnlogv1.ReasonCurrent
 }

@@ -49,8 +49,8 @@ type SessionForkReconciler struct {
 	// fork is retried with backoff. 0 is no bound but the reconcile's.
 	CopyTimeout time.Duration
 
-	// queue is the controller's fair queue (limits.go); copies bounds the
-	// forks cut and copied at once, since each reads the source's log.
+	// queue is the controller's fair queue (fair_queue.go); copies bounds
+	// the forks cut and copied at once, since each reads the source's log.
 	queue  *fairQueue
 	copies *slots
 	// wakeups are the forks a freed copy slot is for (slots.wake).

@@ -8,6 +8,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -93,109 +94,127 @@ func CacheOptions(namespaces ...string) cache.Options {
 
 // Setup registers the Session and SessionFork controllers with mgr.
 func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
-	if cfg.PollInterval <= 0 {
-		return fmt.Errorf("poll interval must be positive, got %s", cfg.PollInterval)
-	}
-	if cfg.MaxPollInterval != 0 && cfg.MaxPollInterval < cfg.PollInterval {
-		return fmt.Errorf("max poll interval %s is shorter than the poll interval %s", cfg.MaxPollInterval, cfg.PollInterval)
-	}
-	if cfg.WorkerMaxFailures < 0 {
-		return fmt.Errorf("worker max failures must not be negative, got %d", cfg.WorkerMaxFailures)
-	}
-	if cfg.WorkerMaxFailures == 0 {
-		cfg.WorkerMaxFailures = DefaultWorkerMaxFailures
-	}
-	if cfg.DeletionTimeout < 0 {
-		return fmt.Errorf("deletion timeout must not be negative, got %s", cfg.DeletionTimeout)
-	}
-	if cfg.DeletionTimeout == 0 {
-		cfg.DeletionTimeout = DefaultDeletionTimeout
-	}
-	if cfg.StoreTimeout < 0 {
-		return fmt.Errorf("store timeout must not be negative, got %s", cfg.StoreTimeout)
-	}
-	if cfg.StoreTimeout == 0 {
-		cfg.StoreTimeout = DefaultStoreTimeout
-	}
-	if cfg.ForkCopyTimeout < 0 {
-		return fmt.Errorf("fork copy timeout must not be negative, got %s", cfg.ForkCopyTimeout)
-	}
-	if cfg.ForkCopyTimeout == 0 {
-		cfg.ForkCopyTimeout = DefaultForkCopyTimeout
-	}
-	limits, err := cfg.Limits.withDefaults()
+	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return err
-	}
-	if cfg.ReconcileDeadline < 0 {
-		return fmt.Errorf("reconcile deadline must not be negative, got %s", cfg.ReconcileDeadline)
-	}
-	if cfg.ReconcileDeadline == 0 {
-		cfg.ReconcileDeadline = DefaultReconcileDeadline
 	}
 	recorder := mgr.GetEventRecorder("turnlog")
 	watch := newWatchdog(cfg.ReconcileDeadline, recorder)
 	if err := mgr.AddHealthzCheck("reconciles", watch.Check); err != nil {
 		return err
 	}
+	if err := setupSessions(mgr, cfg, recorder, watch); err != nil {
+		return err
+	}
+	if err := setupForks(ctx, mgr, cfg, recorder, watch); err != nil {
+		return err
+	}
+	return addStatusMetrics(mgr)
+}
+
+// withDefaults fills in zero fields that have a default, and checks the
+// others.
+func (c Config) withDefaults() (Config, error) {
+	if c.PollInterval <= 0 {
+		return c, fmt.Errorf("poll interval must be positive, got %s", c.PollInterval)
+	}
+	if c.MaxPollInterval != 0 && c.MaxPollInterval < c.PollInterval {
+		return c, fmt.Errorf("max poll interval %s is shorter than the poll interval %s", c.MaxPollInterval, c.PollInterval)
+	}
+	if c.WorkerMaxFailures < 0 {
+		return c, fmt.Errorf("worker max failures must not be negative, got %d", c.WorkerMaxFailures)
+	}
+	c.WorkerMaxFailures = cmp.Or(c.WorkerMaxFailures, DefaultWorkerMaxFailures)
+	for _, d := range []struct {
+		name  string
+		value *time.Duration
+		def   time.Duration
+	}{
+		{"deletion timeout", &c.DeletionTimeout, DefaultDeletionTimeout},
+		{"store timeout", &c.StoreTimeout, DefaultStoreTimeout},
+		{"fork copy timeout", &c.ForkCopyTimeout, DefaultForkCopyTimeout},
+		{"reconcile deadline", &c.ReconcileDeadline, DefaultReconcileDeadline},
+		{"orphan sweep interval", &c.OrphanSweepInterval, DefaultOrphanSweepInterval},
+	} {
+		if *d.value < 0 {
+			return c, fmt.Errorf("%s must not be negative, got %s", d.name, *d.value)
+		}
+		*d.value = cmp.Or(*d.value, d.def)
+	}
+	var err error
+	c.Limits, err = c.Limits.withDefaults()
+	return c, err
+}
+
+// setupSessions registers the Session controller, with the workers of
+// cfg's worker mode and, if cfg names a namespace for it, the ledger of
+// the logs deletion leaves behind.
+func setupSessions(mgr ctrl.Manager, cfg Config, recorder events.EventRecorder, watch *watchdog) error {
 	sessions := &SessionReconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Stores: cfg.Stores,
 		PollInterval: cfg.PollInterval, MaxPollInterval: cfg.MaxPollInterval,
 		MaxWorkerFailures: cfg.WorkerMaxFailures, DeletionTimeout: cfg.DeletionTimeout,
-		StoreTimeout: cfg.StoreTimeout, queue: &fairQueue{limits: limits}, watchdog: watch,
-	}
-	if cfg.OrphanSweepInterval < 0 {
-		return fmt.Errorf("orphan sweep interval must not be negative, got %s", cfg.OrphanSweepInterval)
+		StoreTimeout: cfg.StoreTimeout, queue: &fairQueue{limits: cfg.Limits}, watchdog: watch,
 	}
 	if cfg.OrphanNamespace != "" {
 		sessions.orphans = &orphanLedger{
 			Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: recorder, Stores: cfg.Stores,
-			Namespace: cfg.OrphanNamespace, Interval: cmp.Or(cfg.OrphanSweepInterval, DefaultOrphanSweepInterval),
-			Timeout: cfg.DeletionTimeout,
+			Namespace: cfg.OrphanNamespace, Interval: cfg.OrphanSweepInterval, Timeout: cfg.DeletionTimeout,
 		}
 		if err := mgr.Add(sessions.orphans); err != nil {
 			return err
 		}
 	}
 	sessions.wakeups = make(wakeups, 1024)
-	wakeSession := sessions.wakeups.waker(func(k types.NamespacedName) client.Object {
-		return &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name}}
-	})
-	switch cfg.WorkerMode {
-	case WorkerModeLocal:
-		sessions.Workers = &LocalWorkers{slots: slots{
-			total: limits.LocalWorkerRuns, totalName: "local-worker-runs",
-			perNamespace: limits.NamespaceWorkerRuns, perNamespaceName: "namespace-worker-runs",
-			wake: wakeSession,
-		}}
-	case WorkerModePod:
-		pool, err := newPoolWorkers(mgr.GetClient(), mgr.GetAPIReader(), cfg.Pool, limits.NamespaceWorkerRuns, func(k types.NamespacedName) {
-			// A finished run's wake-up is how its Session learns of it:
-			// never dropped, unlike a slot's.
-			go func() {
-				sessions.wakeups <- event.GenericEvent{Object: &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name}}}
-			}()
-		})
-		if err != nil {
-			return err
-		}
-		if err := mgr.Add(pool); err != nil {
-			return err
-		}
-		sessions.Workers = pool
-	default:
-		return fmt.Errorf("unknown worker mode %q (want %s or %s)", cfg.WorkerMode, WorkerModePod, WorkerModeLocal)
+	workers, err := newWorkers(mgr, cfg, sessions.wakeups)
+	if err != nil {
+		return err
 	}
+	sessions.Workers = workers
 	if err := sessions.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the Session controller: %w", err)
 	}
+	return nil
+}
+
+// newWorkers returns the workers of cfg's worker mode, which wake Sessions
+// through wake.
+func newWorkers(mgr ctrl.Manager, cfg Config, wake wakeups) (Workers, error) {
+	switch cfg.WorkerMode {
+	case WorkerModeLocal:
+		return &LocalWorkers{slots: slots{
+			total: cfg.Limits.LocalWorkerRuns, totalName: "local-worker-runs",
+			perNamespace: cfg.Limits.NamespaceWorkerRuns, perNamespaceName: "namespace-worker-runs",
+			wake: wake.waker(func(k types.NamespacedName) client.Object {
+				return &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name}}
+			}),
+		}}, nil
+	case WorkerModePod:
+		pool, err := newPoolWorkers(mgr.GetClient(), mgr.GetAPIReader(), cfg.Pool, cfg.Limits.NamespaceWorkerRuns, func(k types.NamespacedName) {
+			// A finished run's wake-up is how its Session learns of it:
+			// never dropped, unlike a slot's.
+			go func() {
+				wake <- event.GenericEvent{Object: &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name}}}
+			}()
+		})
+		if err != nil {
+			return nil, err
+		}
+		return pool, mgr.Add(pool)
+	}
+	return nil, fmt.Errorf("unknown worker mode %q (want %s or %s)", cfg.WorkerMode, WorkerModePod, WorkerModeLocal)
+}
+
+// setupForks registers the SessionFork controller, with the copy slots its
+// forks share.
+func setupForks(ctx context.Context, mgr ctrl.Manager, cfg Config, recorder events.EventRecorder, watch *watchdog) error {
 	forkWakeups := make(wakeups, 1024)
 	forks := &SessionForkReconciler{Client: mgr.GetClient(), Recorder: recorder, Stores: cfg.Stores, PollInterval: cfg.PollInterval,
 		CopyTimeout: cfg.ForkCopyTimeout,
-		queue:       &fairQueue{limits: limits}, watchdog: watch, wakeups: forkWakeups,
+		queue:       &fairQueue{limits: cfg.Limits}, watchdog: watch, wakeups: forkWakeups,
 		copies: &slots{
-			total: limits.ForkCopies, totalName: "fork-copies",
-			perNamespace: limits.NamespaceForkCopies, perNamespaceName: "namespace-fork-copies",
+			total: cfg.Limits.ForkCopies, totalName: "fork-copies",
+			perNamespace: cfg.Limits.NamespaceForkCopies, perNamespaceName: "namespace-fork-copies",
 			wake: forkWakeups.waker(func(k types.NamespacedName) client.Object {
 				return &turnlogv1.SessionFork{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name}}
 			}),
@@ -204,5 +223,5 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) error {
 	if err := forks.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("set up the SessionFork controller: %w", err)
 	}
-	return addStatusMetrics(mgr)
+	return nil
 }

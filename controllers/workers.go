@@ -8,7 +8,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/internal/derived"
@@ -114,6 +116,17 @@ func (w *LocalWorkers) Run(ctx context.Context, run WorkerRun) (WorkerOutcome, e
 	}
 	return WorkerOutcome{Done: true, Attempt: fmt.Sprintf("local-%d", time.Now().UnixNano())}, nil
 }
+
+// localRunSeconds: a local run holds a slot of the manager's for its whole
+// length, so it is what another namespace's run may wait behind. (A worker
+// pod's runs are in turnlog_worker_run_seconds.)
+var localRunSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	Name:    "turnlog_local_worker_run_seconds",
+	Help:    "How long a worker run inside the manager (--worker-mode=local) took, by task; each held a local worker slot that long.",
+	Buckets: []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300},
+}, []string{"task"})
+
+func init() { metrics.Registry.MustRegister(localRunSeconds) }
 
 // runInProcess runs the command line a worker pod would be handed for
 // run, parsed as the worker pod parses it, on the log this process holds for the run. The

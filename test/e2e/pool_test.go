@@ -31,7 +31,7 @@ import (
 )
 
 // The objects pod worker mode keeps in a busy namespace
-// (controllers/pool_workers.go): the Deployment of its worker pods, and the
+// (controllers/pool_specs.go): the Deployment of its worker pods, and the
 // Secret with their token and the manager's certificate, both named
 // poolWorkerName, and the label on them and on the pods.
 const (
