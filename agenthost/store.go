@@ -3,6 +3,8 @@ package agenthost
 import (
 	"context"
 	"io"
+	"iter"
+	"math"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -183,4 +185,17 @@ func ioEvents(events []Event) []sessionio.Event {
 		out[i] = sessionio.Event{Type: e.typ, Body: e.data}
 	}
 	return out
+}
+
+// Events yields the log's events from seq from to its end, in seq order,
+// decoded and checked as they are read; it reads only the segments that
+// hold them. Iteration stops at the first error, which is yielded.
+func (l *Log) Events(ctx context.Context, from int64) iter.Seq2[LoggedEvent, error] {
+	return l.log.Events(ctx, from, math.MaxInt64)
+}
+
+// EventsThrough yields the events with from <= seq <= through, as Events
+// does; through may be past the head.
+func (l *Log) EventsThrough(ctx context.Context, from, through int64) iter.Seq2[LoggedEvent, error] {
+	return l.log.Events(ctx, from, through)
 }

@@ -12,6 +12,9 @@ type (
 	// Adapter names a model endpoint: Kind (the replay-state family,
 	// "pi-ai"), API, Provider and Model.
 	Adapter = turnlog.Adapter
+	// LoggedEvent is one event as the log holds it, read back with
+	// Log.Events: its Seq, Turn and Type, and Raw, its JSON line.
+	LoggedEvent = turnlog.Event
 	// Block is one pi-ai content block: text, thinking, toolCall or image,
 	// with pi-ai's inline signatures (TextSignature, ThinkingSignature,
 	// ThoughtSignature).
