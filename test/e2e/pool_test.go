@@ -28,6 +28,7 @@ import (
 	"github.com/turnlog/turnlog/agenthost"
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/internal/workerpool"
+	"github.com/turnlog/turnlog/test/internal/hostturn"
 )
 
 // The objects pod worker mode keeps in a busy namespace
@@ -39,9 +40,6 @@ const (
 	poolLabelKey    = "turnlog.dev/worker-pool"
 	poolWorkerLabel = poolLabelKey + "=true"
 )
-
-// poolModel is the adapter the pool spec's Session is replayed for.
-var poolModel = agenthost.Adapter{Kind: "pi-ai", API: "anthropic-messages", Provider: "anthropic", Model: "claude-sonnet-4-5"}
 
 // Worker pods that stay while their namespace is busy (--worker-mode=pod):
 // a host streams turns into one Session through the public agenthost
@@ -98,7 +96,7 @@ var _ = Describe("worker pods (container node)", func() {
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(st.Close)
 		const session = "pool-chat"
-		log, err := st.CreateSession(ctx, kube, ns, session, poolModel)
+		log, err := st.CreateSession(ctx, kube, ns, session, hostturn.Model)
 		Expect(err).NotTo(HaveOccurred())
 		a := log.Appender(agenthost.AppenderOptions{})
 
@@ -118,27 +116,10 @@ var _ = Describe("worker pods (container node)", func() {
 				// stops, to see what it did as it was stopped.
 				victimLog = followPodLog(ctx, ns, victim)
 			}
-			var events []agenthost.Event
-			if turn == 1 {
-				events = append(events, agenthost.SessionStart(poolModel))
-			}
-			// The question and the streamed answer are buffered; the Add
-			// of the finish and the turn's end writes them in one segment
-			// and nudges the Session, as a host's last Add of a turn does.
-			events = append(events,
-				agenthost.TurnStart(turn),
-				agenthost.UserText(turn, fmt.Sprintf("Question %d: what changed in the p99 latency?", turn)),
-				agenthost.ResponseStart(turn, 0, poolModel),
-				agenthost.TextDelta(turn, 0, 0, "The rise starts with Tuesday's deploy, "),
-				agenthost.TextDelta(turn, 0, 0, "which halved the cache."))
-			Expect(a.Add(ctx, events...)).To(Succeed())
+			streamed, finish := hostturn.Events(turn)
+			Expect(a.Add(ctx, streamed...)).To(Succeed())
 			began := time.Now()
-			Expect(a.Add(ctx,
-				agenthost.ResponseFinish(turn, 0, agenthost.StopReasonStop, &agenthost.Envelope{
-					Response: map[string]string{"id": fmt.Sprintf("msg_%d", turn)},
-					Blocks:   []*agenthost.BlockState{{Type: "text"}},
-				}, nil),
-				agenthost.TurnEnd(turn, agenthost.StopReasonStop))).To(Succeed())
+			Expect(a.Add(ctx, finish...)).To(Succeed())
 			if turn == deleteAt {
 				// The turn is written and its Session nudged: its runs are
 				// on the board, or on the pod, as the pod goes.

@@ -37,6 +37,7 @@ import (
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/internal/testutil/versitygw"
 	"github.com/turnlog/turnlog/test/e2e/e2ebuild"
+	"github.com/turnlog/turnlog/test/internal/hostturn"
 	"github.com/turnlog/turnlog/test/localcluster"
 )
 
@@ -53,9 +54,6 @@ var (
 // Each worker mode measured works in its own namespace, turns-MODE, which
 // holds the measured Session and its worker pods and nothing else, so every
 // Job and Pod created in it is the Session's.
-
-// turnsModel is the adapter the Session is replayed for, as examples/host.
-var turnsModel = agenthost.Adapter{Kind: "pi-ai", API: "anthropic-messages", Provider: "anthropic", Model: "claude-sonnet-4-5"}
 
 // TurnsResult is what one TestTurns run measured.
 type TurnsResult struct {
@@ -155,7 +153,7 @@ func measureTurns(t *testing.T, tl *turnsCluster, mode string) TurnsResult {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	log, err := st.CreateSession(ctx, tl.kube, namespace, "chat", turnsModel)
+	log, err := st.CreateSession(ctx, tl.kube, namespace, "chat", hostturn.Model)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,29 +165,12 @@ func measureTurns(t *testing.T, tl *turnsCluster, mode string) TurnsResult {
 	for i := range *flagTurnsN {
 		turn := int64(i + 1)
 		created.setTurn(i)
-		var events []agenthost.Event
-		if i == 0 {
-			events = append(events, agenthost.SessionStart(turnsModel))
-		}
-		// The question and the streamed answer are buffered; the Add of
-		// the finish and the turn's end writes them in one segment and
-		// nudges the Session, as a host's last Add of a turn does.
-		events = append(events,
-			agenthost.TurnStart(turn),
-			agenthost.UserText(turn, fmt.Sprintf("Question %d: what changed in the p99 latency?", turn)),
-			agenthost.ResponseStart(turn, 0, turnsModel),
-			agenthost.TextDelta(turn, 0, 0, "The rise starts with Tuesday's deploy, "),
-			agenthost.TextDelta(turn, 0, 0, "which halved the cache."))
-		if err := a.Add(ctx, events...); err != nil {
+		streamed, finish := hostturn.Events(turn)
+		if err := a.Add(ctx, streamed...); err != nil {
 			t.Fatal(err)
 		}
 		began := time.Now()
-		err := a.Add(ctx,
-			agenthost.ResponseFinish(turn, 0, agenthost.StopReasonStop, &agenthost.Envelope{
-				Response: map[string]string{"id": fmt.Sprintf("msg_%d", turn)},
-				Blocks:   []*agenthost.BlockState{{Type: "text"}},
-			}, nil),
-			agenthost.TurnEnd(turn, agenthost.StopReasonStop))
+		err := a.Add(ctx, finish...)
 		if err != nil {
 			t.Fatal(err)
 		}
