@@ -40,8 +40,7 @@ func (s *Store) sessionLog(kube client.Client, session *turnlogv1.Session) (*Log
 	if err != nil {
 		return nil, err
 	}
-	a := session.Spec.Adapter
-	l.target = Adapter{Kind: a.Kind, API: a.API, Provider: a.Provider, Model: a.Model, ReleaseLine: a.ReleaseLine, RefusedBlocks: a.RefusedBlocks}
+	l.target = sessionio.Target(session.Spec.Adapter)
 	l.kube, l.session = kube, client.ObjectKeyFromObject(session)
 	return l, nil
 }
@@ -53,9 +52,7 @@ func (s *Store) sessionLog(kube client.Client, session *turnlogv1.Session) (*Log
 func (s *Store) CreateSession(ctx context.Context, kube client.Client, namespace, name string, target Adapter) (*Log, error) {
 	session := &turnlogv1.Session{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
-		Spec: turnlogv1.SessionSpec{Adapter: turnlogv1.Adapter{
-			Kind: target.Kind, API: target.API, Provider: target.Provider, Model: target.Model, ReleaseLine: target.ReleaseLine,
-			RefusedBlocks: target.RefusedBlocks}},
+		Spec:       turnlogv1.SessionSpec{Adapter: sessionio.APIAdapter(target)},
 	}
 	if err := kube.Create(ctx, session); err != nil {
 		return nil, fmt.Errorf("create Session %s/%s: %w", namespace, name, err)

@@ -10,7 +10,8 @@ import (
 // with its workers, so what a host writes is read exactly as it was meant.
 type (
 	// Adapter names a model endpoint: Kind (the replay-state family,
-	// "pi-ai"), API, Provider and Model.
+	// "pi-ai"), API, Provider and Model; as a replay target also
+	// ReleaseLine and RefusedBlocks, as a Session's spec.adapter does.
 	Adapter = turnlog.Adapter
 	// LoggedEvent is one event as the log holds it, read back with
 	// Log.Events: its Seq, Turn and Type, and Raw, its JSON line.
@@ -32,6 +33,25 @@ const (
 	StopReasonToolUse = turnlog.StopReasonToolUse
 	StopReasonError   = turnlog.StopReasonError
 	StopReasonAborted = turnlog.StopReasonAborted
+)
+
+// The choices of Adapter.ReleaseLine and Adapter.RefusedBlocks, the same
+// a Session's spec.adapter accepts. An empty ReleaseLine is the log's
+// session/start adapter's line, else ReleaseLine1; an empty RefusedBlocks
+// keeps them.
+const (
+	// ReleaseLine1 is pi-ai 1.x: another model's thinking is dropped,
+	// system messages pass through.
+	ReleaseLine1 = turnlog.ReleaseLine1
+	// ReleaseLine073 is pi-ai 0.73: another model's thinking becomes text;
+	// there are no system messages.
+	ReleaseLine073 = turnlog.ReleaseLine073
+	// RefusedBlocksKeep sends a thinking block the provider refused again,
+	// as pi does.
+	RefusedBlocksKeep = turnlog.RefusedBlocksKeep
+	// RefusedBlocksDrop leaves a thinking block the provider refused out of
+	// the transcript.
+	RefusedBlocksDrop = turnlog.RefusedBlocksDrop
 )
 
 // The transcript the workers store, in the JSON `turnlog replay` prints.

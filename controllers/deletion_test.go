@@ -31,7 +31,7 @@ var _ = Describe("Session deletion", Ordered, func() {
 		ns = newNamespace("deletion")
 		stores = storesAt("mem://")
 		var err error
-		bucket, err = stores.bucket(ctx, "mem://")
+		bucket, err = stores.buckets.Bucket(ctx, "mem://")
 		Expect(err).NotTo(HaveOccurred())
 		sio = &SessionIO{Client: k8sClient, Stores: stores}
 		stop = startManager(ns, Config{Stores: stores, WorkerMode: WorkerModeLocal, PollInterval: time.Hour})

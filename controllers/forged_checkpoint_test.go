@@ -26,7 +26,7 @@ var _ = Describe("Forged checkpoints", Ordered, func() {
 	forge := func(name, suffix string, data []byte, next, turn int64) {
 		GinkgoHelper()
 		s := getSession(m.ns, name)(Default)
-		bucket, err := m.stores.bucket(ctx, "mem://")
+		bucket, err := m.stores.buckets.Bucket(ctx, "mem://")
 		Expect(err).NotTo(HaveOccurred())
 		root, err := sessionlog.Location{Namespace: s.Namespace, Session: s.Name, UID: string(s.UID)}.Root()
 		Expect(err).NotTo(HaveOccurred())

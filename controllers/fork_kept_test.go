@@ -8,6 +8,7 @@ import (
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/internal/derived"
 	"github.com/turnlog/turnlog/internal/sessionlog"
+	"github.com/turnlog/turnlog/internal/turnlog"
 )
 
 // TestForkChildSentKeptThrough: a fork's child that drops refused blocks
@@ -16,7 +17,7 @@ import (
 // none after what its own source kept by one that drops them (as a live pi
 // does for such a Session).
 func TestForkChildSentKeptThrough(t *testing.T) {
-	drop := turnlogv1.Adapter{Kind: "pi-ai", RefusedBlocks: turnlogv1.RefusedBlocksDrop}
+	drop := turnlogv1.Adapter{Kind: "pi-ai", RefusedBlocks: turnlog.RefusedBlocksDrop}
 	keep := turnlogv1.Adapter{Kind: "pi-ai"}
 	for _, c := range []struct {
 		name       string

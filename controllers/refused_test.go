@@ -50,11 +50,11 @@ var _ = Describe("Refused replay state", Ordered, func() {
 		Expect(k8sClient.Create(ctx, &turnlogv1.SessionFork{
 			ObjectMeta: metav1.ObjectMeta{Namespace: m.ns, Name: "dropping"},
 			Spec: turnlogv1.SessionForkSpec{Source: turnlogv1.SessionReference{Name: "refused"}, AtSeq: "12",
-				Target: turnlogv1.ForkTarget{RefusedBlocks: turnlogv1.RefusedBlocksDrop}},
+				Target: turnlogv1.ForkTarget{RefusedBlocks: turnlog.RefusedBlocksDrop}},
 		})).To(Succeed())
 		Eventually(func(g Gomega) {
 			s := getSession(m.ns, "dropping")(g)
-			g.Expect(s.Spec.Adapter.RefusedBlocks).To(Equal(turnlogv1.RefusedBlocksDrop))
+			g.Expect(s.Spec.Adapter.RefusedBlocks).To(Equal(turnlog.RefusedBlocksDrop))
 			g.Expect(s.Status.Replay).NotTo(BeNil())
 			g.Expect(s.Status.Replay.ThroughSeq).To(Equal(int64(12)))
 			// Every response through the cut was requested by pi with the

@@ -15,6 +15,7 @@ import (
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/internal/derived"
 	"github.com/turnlog/turnlog/internal/outcome"
+	"github.com/turnlog/turnlog/internal/sessionio"
 	"github.com/turnlog/turnlog/internal/sessionlog"
 	"github.com/turnlog/turnlog/internal/turnlog"
 )
@@ -263,7 +264,7 @@ func stillSeeding(session *turnlogv1.Session) bool {
 // puts them in status, raises the Events of results not seen before, and
 // decides what work is left.
 func (r *SessionReconciler) reconcileDerived(ctx context.Context, s *sessionScope) error {
-	s.target = adapterOf(s.session.Spec.Adapter)
+	s.target = sessionio.Target(s.session.Spec.Adapter)
 	asm, found, err := derived.LoadAssembly(ctx, s.log)
 	found, err = r.believe(ctx, s, derived.TaskAssemble, asm, found, err)
 	if err != nil {

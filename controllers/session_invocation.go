@@ -5,8 +5,8 @@ import (
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/internal/derived"
+	"github.com/turnlog/turnlog/internal/sessionio"
 	"github.com/turnlog/turnlog/internal/sessionlog"
-	"github.com/turnlog/turnlog/internal/turnlog"
 	"github.com/turnlog/turnlog/internal/worker"
 )
 
@@ -26,7 +26,7 @@ func (s *sessionScope) workerRun() WorkerRun {
 // workerInvocation is what the Session's worker runs of task are told,
 // from its spec, its store and its location.
 func workerInvocation(session *turnlogv1.Session, task derived.Task, storeURL string, loc sessionlog.Location) worker.Invocation {
-	inv := worker.Invocation{Task: task, StoreURL: storeURL, Location: loc, Target: adapterOf(session.Spec.Adapter)}
+	inv := worker.Invocation{Task: task, StoreURL: storeURL, Location: loc, Target: sessionio.Target(session.Spec.Adapter)}
 	if from := session.Spec.ForkedFrom; from != nil && task == derived.TaskReplay && inv.Target.DropsRefused() {
 		// The responses through the cut were requested by the source's
 		// host, from its transcript (docs/log-format.md): with every block
@@ -44,8 +44,4 @@ func (s *sessionScope) position(task derived.Task) string {
 	}
 	t := s.target
 	return fmt.Sprintf("through=%d target=%s/%s/%s/%s/%s", s.settledThrough(), t.Kind, t.API, t.Provider, t.Model, t.ReleaseLine)
-}
-
-func adapterOf(a turnlogv1.Adapter) turnlog.Adapter {
-	return turnlog.Adapter{Kind: a.Kind, API: a.API, Provider: a.Provider, Model: a.Model, ReleaseLine: a.ReleaseLine, RefusedBlocks: a.RefusedBlocks}
 }

@@ -41,7 +41,7 @@ func countedStoresAt() (*BucketCache, countedStores) {
 	GinkgoHelper()
 	url := "file://" + GinkgoT().TempDir()
 	stores := storesAt(url)
-	b, err := stores.bucket(ctx, url)
+	b, err := stores.buckets.Bucket(ctx, url)
 	Expect(err).NotTo(HaveOccurred())
 	return stores, countedStores{BucketCache: stores, bucket: storetest.NewCounting(b)}
 }

@@ -12,6 +12,7 @@ import (
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/internal/replay"
+	"github.com/turnlog/turnlog/internal/sessionio"
 	"github.com/turnlog/turnlog/internal/sessionlog"
 )
 
@@ -73,9 +74,7 @@ func (r *SessionReconciler) applyReplay(s *sessionScope) {
 	}
 	c := rep.Replay
 	summary := &turnlogv1.ReplaySummary{
-		ThroughSeq: rep.ThroughSeq,
-		Adapter: turnlogv1.Adapter{Kind: c.Target.Kind, API: c.Target.API, Provider: c.Target.Provider, Model: c.Target.Model, ReleaseLine: c.Target.ReleaseLine,
-			RefusedBlocks: c.Target.RefusedBlocks},
+		ThroughSeq: rep.ThroughSeq, Adapter: sessionio.APIAdapter(c.Target),
 		Native: c.Native, Foreign: c.Foreign, Degraded: c.Degraded,
 		OrphanToolResults: c.OrphanToolResults,
 		ContextMessages:   c.ContextMessages, LastCompactionSeq: c.LastCompactionSeq,

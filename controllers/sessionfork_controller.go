@@ -373,7 +373,7 @@ func (r *SessionForkReconciler) reconcileChild(ctx context.Context, s *forkScope
 // that drops them) requested its own responses without them, so only what
 // its own source kept counts. nil: through the cut.
 func sentKeptThrough(source *turnlogv1.Session, cut int64) *int64 {
-	if source.Spec.Adapter.RefusedBlocks != turnlogv1.RefusedBlocksDrop {
+	if !sessionio.Target(source.Spec.Adapter).DropsRefused() {
 		return nil
 	}
 	kept := int64(0)

@@ -146,7 +146,7 @@ var _ = Describe("SessionFork controller restarted mid-fork", func() {
 		ns := newNamespace("fork-restart")
 		mem := storesAt("mem://")
 		defer mem.Close()
-		bucket, err := mem.bucket(ctx, "mem://")
+		bucket, err := mem.buckets.Bucket(ctx, "mem://")
 		Expect(err).NotTo(HaveOccurred())
 		sio := &SessionIO{Client: k8sClient, Stores: mem}
 		log := loggen.Log(3000, 7)
@@ -241,7 +241,7 @@ var _ = Describe("SessionFork of a log of many segments", func() {
 		ns := newNamespace("fork-segments")
 		mem := storesAt("mem://")
 		defer mem.Close()
-		bucket, err := mem.bucket(ctx, "mem://")
+		bucket, err := mem.buckets.Bucket(ctx, "mem://")
 		Expect(err).NotTo(HaveOccurred())
 		sio := &SessionIO{Client: k8sClient, Stores: mem}
 		source := &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Name: "busy", Namespace: ns}}

@@ -76,7 +76,7 @@ func (s *SessionIO) Transcript(ctx context.Context, namespace, name string, targ
 	if err != nil {
 		return derived.Transcript{}, turnlog.Adapter{}, err
 	}
-	t := target(adapterOf(session.Spec.Adapter))
+	t := target(sessionio.Target(session.Spec.Adapter))
 	tr, err := derived.LoadTranscript(ctx, derived.StoreLog{Log: log}, t)
 	return tr, t, err
 }

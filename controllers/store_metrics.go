@@ -37,15 +37,16 @@ var (
 
 func init() { metrics.Registry.MustRegister(storeRequests, storeBreakerState, storeFailures) }
 
-// guarded wraps b in its circuit breaker, whose state and failures go to
-// the metrics above and whose changes go to the manager's log.
-func guarded(b store.Bucket, name string) store.Bucket {
+// guardOptions are the options of the circuit breaker of the store name:
+// its state and failures go to the metrics above (from 0, set here), its
+// changes to the manager's log.
+func guardOptions(name string) store.GuardOptions {
 	storeBreakerState.WithLabelValues(name).Set(float64(store.BreakerClosed))
 	for _, kind := range []string{"unavailable", "timeout", "refused"} {
 		storeFailures.WithLabelValues(name, kind) // at 0, so that rate() sees the first failure
 	}
 	log := ctrl.Log.WithName("store").WithValues("store", name)
-	return store.Guard(b, store.GuardOptions{
+	return store.GuardOptions{
 		Name: name,
 		OnStateChange: func(name string, to store.BreakerState, last error) {
 			storeBreakerState.WithLabelValues(name).Set(float64(to))
@@ -56,7 +57,7 @@ func guarded(b store.Bucket, name string) store.Bucket {
 			log.Info("circuit breaker "+to.String(), "lastFailure", fmt.Sprint(last))
 		},
 		OnFailure: func(name, kind string) { storeFailures.WithLabelValues(name, kind).Inc() },
-	})
+	}
 }
 
 // listPageSize is the number of keys one S3 list request returns.

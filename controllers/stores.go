@@ -9,7 +9,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -90,24 +89,26 @@ func statusLocation(store string, loc sessionlog.Location) string {
 	return store + ":" + loc.String()
 }
 
-// BucketCache opens each configured store once and keeps the bucket for
-// the life of the process: buckets hold connection pools, and a mem://
-// bucket exists only as long as it is open.
+// BucketCache opens the configured stores by name, each once for the life
+// of the process (store.Buckets): behind its breaker, named by the
+// configured names, whose state and failures are metrics, and counted in
+// turnlog_store_requests_total.
 type BucketCache struct {
 	// Configured are the stores by name.
 	Configured map[string]StoreConfig
-	// Options are passed to store.Open.
-	Options *store.Options
 
-	mu sync.Mutex
-	// buckets are counted in turnlog_store_requests_total.
-	buckets map[string]store.Bucket
+	buckets *store.Buckets
 }
 
 // NewBucketCache checks configs (names unique, each valid) and returns a
-// cache serving them.
+// cache serving them, opened with opts.
 func NewBucketCache(configs []StoreConfig, opts *store.Options) (*BucketCache, error) {
-	c := &BucketCache{Configured: map[string]StoreConfig{}, Options: opts}
+	c := &BucketCache{Configured: map[string]StoreConfig{}}
+	c.buckets = store.NewBuckets(store.BucketsOptions{
+		Open:  opts,
+		Guard: func(url string) store.GuardOptions { return guardOptions(c.namesOf(url)) },
+		Wrap:  func(b store.Bucket) store.Bucket { return metered(b) },
+	})
 	for _, sc := range configs {
 		if err := sc.Validate(); err != nil {
 			return nil, err
@@ -135,29 +136,11 @@ func (c *BucketCache) Store(ctx context.Context, name string) (*SessionStore, er
 			}
 		})}
 	}
-	b, err := c.bucket(ctx, sc.URL)
+	b, err := c.buckets.Bucket(ctx, sc.URL)
 	if err != nil {
 		return nil, err
 	}
 	return &SessionStore{StoreConfig: sc, Logs: sessionlog.New(b)}, nil
-}
-
-func (c *BucketCache) bucket(ctx context.Context, url string) (store.Bucket, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if b, ok := c.buckets[url]; ok {
-		return b, nil
-	}
-	opened, err := store.Open(ctx, url, c.Options)
-	if err != nil {
-		return nil, err
-	}
-	b := metered(guarded(opened, c.namesOf(url)))
-	if c.buckets == nil {
-		c.buckets = map[string]store.Bucket{}
-	}
-	c.buckets[url] = b
-	return b, nil
 }
 
 // namesOf is the name of the store at url, for its breaker's errors and
@@ -175,18 +158,7 @@ func (c *BucketCache) namesOf(url string) string {
 }
 
 // Close closes every bucket opened so far.
-func (c *BucketCache) Close() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var first error
-	for url, b := range c.buckets {
-		if err := b.Close(); err != nil && first == nil {
-			first = err
-		}
-		delete(c.buckets, url)
-	}
-	return first
-}
+func (c *BucketCache) Close() error { return c.buckets.Close() }
 
 // ParseStoreFlag parses the value of a --store flag, NAME=URL.
 func ParseStoreFlag(value string) (StoreConfig, error) {

@@ -45,11 +45,11 @@ type Adapter struct {
 	RefusedBlocks string `json:"refusedBlocks,omitempty"`
 }
 
-// The choices of Adapter.RefusedBlocks.
-const (
-	RefusedBlocksKeep = "Keep"
-	RefusedBlocksDrop = "Drop"
-)
+// The enums of RefusedBlocks and ReleaseLine repeat the log's choices
+// (internal/turnlog's RefusedBlocksChoices and ReleaseLines), which are
+// their only Go constants; a test of internal/sessionio holds the
+// generated CRDs to them, and internal/sessionio converts this Adapter to
+// the log's and back.
 
 // DefaultStore is the store of a Session that names none.
 const DefaultStore = "default"

@@ -20,6 +20,8 @@ import (
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/cmd/internal/cmdkit"
 	"github.com/turnlog/turnlog/internal/replay"
+	"github.com/turnlog/turnlog/internal/sessionio"
+	"github.com/turnlog/turnlog/internal/turnlog"
 )
 
 func forkPointsCommand(o *options) *cobra.Command {
@@ -83,7 +85,7 @@ func replayProblems(ctx context.Context, kube client.Client, log *agenthost.Log,
 	if err := kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, session); err != nil {
 		return out, fmt.Errorf("Session %s/%s: %w", ns, name, err)
 	}
-	out.dropped = session.Spec.Adapter.RefusedBlocks == turnlogv1.RefusedBlocksDrop
+	out.dropped = sessionio.Target(session.Spec.Adapter).DropsRefused()
 	if r := session.Status.Replay; r != nil {
 		out.through = r.ThroughSeq
 		for _, c := range cmdkit.DegradedCauses(r.DegradedSeqs) {
@@ -212,8 +214,8 @@ A fork inside a turn that is still streaming waits for the turn to end.`,
 			if at == "" {
 				return usageError{errors.New("--at is required: the seq to fork at, e.g. 41 or 40.1 (see fork-points)")}
 			}
-			if refusedBlocks != "" && refusedBlocks != turnlogv1.RefusedBlocksKeep && refusedBlocks != turnlogv1.RefusedBlocksDrop {
-				return usageError{fmt.Errorf("--refused-blocks %q: want Keep or Drop", refusedBlocks)}
+			if turnlog.CheckRefusedBlocks(refusedBlocks) != nil {
+				return usageError{fmt.Errorf("--refused-blocks %q: want %s", refusedBlocks, strings.Join(turnlog.RefusedBlocksChoices, " or "))}
 			}
 			kube, ns, err := o.kube()
 			if err != nil {

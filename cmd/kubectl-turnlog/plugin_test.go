@@ -41,7 +41,7 @@ func TestSessionsTable(t *testing.T) {
 		}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "compacted-child", Namespace: "team-c"}, Status: turnlogv1.SessionStatus{
 			HeadSeq: ptr.To[int64](36), Turns: 4, Conditions: []metav1.Condition{ready},
-			Replay: &turnlogv1.ReplaySummary{ThroughSeq: 36, ContextMessages: 9, Adapter: turnlogv1.Adapter{RefusedBlocks: turnlogv1.RefusedBlocksDrop},
+			Replay: &turnlogv1.ReplaySummary{ThroughSeq: 36, ContextMessages: 9, Adapter: turnlogv1.Adapter{RefusedBlocks: agenthost.RefusedBlocksDrop},
 				Refused:     turnlogv1.RefusedCounts{PrefixBindingMismatch: 2, Dropped: 2},
 				RefusedSeqs: turnlogv1.RefusedSeqs{PrefixBindingMismatch: []int64{3, 7}}},
 		}},

@@ -15,6 +15,7 @@ import (
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/cmd/internal/cmdkit"
+	"github.com/turnlog/turnlog/internal/sessionio"
 )
 
 func sessionsCommand(o *options) *cobra.Command {
@@ -139,7 +140,7 @@ func refused(r *turnlogv1.ReplaySummary) string {
 			listed = append(listed, strconv.FormatInt(seq, 10))
 		}
 		how := "kept"
-		if r.Adapter.RefusedBlocks == turnlogv1.RefusedBlocksDrop {
+		if sessionio.Target(r.Adapter).DropsRefused() {
 			how = "dropped"
 		}
 		parts = append(parts, fmt.Sprintf("%d %s (%s)", n, how, strings.Join(listed, ",")))

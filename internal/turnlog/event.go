@@ -109,11 +109,34 @@ type Adapter struct {
 	RefusedBlocks string `json:"refusedBlocks,omitempty"`
 }
 
-// What replay does with refused blocks (Adapter.RefusedBlocks).
+// What replay does with refused blocks (Adapter.RefusedBlocks). These and
+// the release lines below are the only definition of the choices: the
+// Session API's enums repeat them as kubebuilder markers, and a test of
+// internal/sessionio holds the generated CRDs to them.
 const (
 	RefusedBlocksKeep = "Keep"
 	RefusedBlocksDrop = "Drop"
 )
+
+// RefusedBlocksChoices lists the values Adapter.RefusedBlocks may name.
+var RefusedBlocksChoices = []string{RefusedBlocksKeep, RefusedBlocksDrop}
+
+// Overridden returns a with every field that o sets in place of a's: a
+// Session's target with the target flags of `turnlog transcript`.
+func (a Adapter) Overridden(o Adapter) Adapter {
+	for _, f := range []struct {
+		dst *string
+		v   string
+	}{
+		{&a.Kind, o.Kind}, {&a.API, o.API}, {&a.Provider, o.Provider}, {&a.Model, o.Model},
+		{&a.ReleaseLine, o.ReleaseLine}, {&a.RefusedBlocks, o.RefusedBlocks},
+	} {
+		if f.v != "" {
+			*f.dst = f.v
+		}
+	}
+	return a
+}
 
 // DropsRefused reports whether the target leaves refused blocks out.
 func (a Adapter) DropsRefused() bool { return a.RefusedBlocks == RefusedBlocksDrop }
@@ -121,7 +144,7 @@ func (a Adapter) DropsRefused() bool { return a.RefusedBlocks == RefusedBlocksDr
 // CheckRefusedBlocks returns an error naming the choices when v is neither
 // empty nor one of them.
 func CheckRefusedBlocks(v string) error {
-	if v == "" || v == RefusedBlocksKeep || v == RefusedBlocksDrop {
+	if v == "" || slices.Contains(RefusedBlocksChoices, v) {
 		return nil
 	}
 	return fmt.Errorf("refusedBlocks %q is not %q or %q", v, RefusedBlocksKeep, RefusedBlocksDrop)

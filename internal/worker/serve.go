@@ -9,7 +9,6 @@ import (
 	neturl "net/url"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/turnlog/turnlog/internal/derived"
@@ -69,8 +68,15 @@ func Serve(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "turnlog worker serve: %v\n", err)
 		return 2
 	}
-	stores := &openStores{}
-	defer stores.close()
+	// A pod keeps each store it opens for its life: a run is milliseconds
+	// of work, opening a store client several times that. Its runs on a
+	// dead store fail at once once it is known to be dead, and their
+	// Sessions back off (WorkerFailed), instead of each run spending its
+	// deadline on retries.
+	stores := store.NewBuckets(store.BucketsOptions{
+		Guard: func(url string) store.GuardOptions { return store.GuardOptions{Name: bucketName(url)} },
+	})
+	defer func() { _ = stores.Close() }()
 	logf := func(format string, a ...any) {
 		fmt.Fprintf(stderr, "%s turnlog worker: %s\n", time.Now().UTC().Format(time.RFC3339), fmt.Sprintf(format, a...))
 	}
@@ -78,7 +84,7 @@ func Serve(ctx context.Context, args []string, stderr io.Writer) int {
 	err = workerpool.Serve(ctx, client, workerpool.ServeOptions{
 		Runs: *runs, Logf: logf,
 		Execute: func(ctx context.Context, args []string) (string, error) {
-			return executeArgs(ctx, args, *namespace, stores.open)
+			return executeArgs(ctx, args, *namespace, openIn(stores))
 		},
 	})
 	if errors.Is(err, workerpool.ErrUnauthorized) {
@@ -109,36 +115,20 @@ func executeArgs(ctx context.Context, args []string, namespace string, open Open
 	return string(summaryMessage(sum)), nil
 }
 
-// openStores keeps each store a pod opens for the pod's life: a run is
-// milliseconds of work, opening a store client several times that.
-type openStores struct {
-	mu      sync.Mutex
-	buckets map[string]store.Bucket
-}
-
-func (s *openStores) open(ctx context.Context, url string, loc sessionlog.Location) (derived.Log, func() error, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b := s.buckets[url]
-	if b == nil {
-		var err error
-		if b, err = store.Open(ctx, url, nil); err != nil {
+// openIn opens a run's log in stores, which keep the store open after
+// the run.
+func openIn(stores *store.Buckets) Opener {
+	return func(ctx context.Context, url string, loc sessionlog.Location) (derived.Log, func() error, error) {
+		b, err := stores.Bucket(ctx, url)
+		if err != nil {
 			return nil, nil, err
 		}
-		// A pod's runs on a dead store fail at once once it is known to
-		// be dead, and their Sessions back off (WorkerFailed), instead
-		// of each run spending its deadline on retries.
-		b = store.Guard(b, store.GuardOptions{Name: bucketName(url)})
-		if s.buckets == nil {
-			s.buckets = map[string]store.Bucket{}
+		log, err := sessionlog.New(b).Log(loc)
+		if err != nil {
+			return nil, nil, err
 		}
-		s.buckets[url] = b
+		return derived.StoreLog{Log: log}, func() error { return nil }, nil
 	}
-	log, err := sessionlog.New(b).Log(loc)
-	if err != nil {
-		return nil, nil, err
-	}
-	return derived.StoreLog{Log: log}, func() error { return nil }, nil
 }
 
 // bucketName names the store at url in a run's errors: its bucket, never
@@ -148,12 +138,4 @@ func bucketName(rawURL string) string {
 		return u.Host
 	}
 	return "the run's store"
-}
-
-func (s *openStores) close() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, b := range s.buckets {
-		_ = b.Close()
-	}
 }

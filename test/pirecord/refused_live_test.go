@@ -178,7 +178,7 @@ func TestRefusedBlocksDroppedLiveForADroppingSession(t *testing.T) {
 	const name = "chat-drop-live"
 	tl, prov, e := recordWithTurnlog(t, name)
 	adapter := turnlogv1.Adapter{Kind: "pi-ai", API: "anthropic-messages", Provider: "fake", Model: "model-a", ReleaseLine: "1",
-		RefusedBlocks: turnlogv1.RefusedBlocksDrop}
+		RefusedBlocks: agenthost.RefusedBlocksDrop}
 	session := &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Spec: turnlogv1.SessionSpec{Adapter: adapter}}
 	if err := tl.Client.Create(ctx, session); err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/turnlog/turnlog/agenthost"
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/turnlogtest"
 )
@@ -74,7 +75,7 @@ func TestRefusedBlocksFromPi(t *testing.T) {
 	// A child that drops them.
 	fork := &turnlogv1.SessionFork{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "chat-refused-dropping"},
 		Spec: turnlogv1.SessionForkSpec{Source: turnlogv1.SessionReference{Name: "chat-refused"}, AtSeq: fmt.Sprint(*parent.Status.HeadSeq),
-			Target: turnlogv1.ForkTarget{RefusedBlocks: turnlogv1.RefusedBlocksDrop}}}
+			Target: turnlogv1.ForkTarget{RefusedBlocks: agenthost.RefusedBlocksDrop}}}
 	if err := tl.Client.Create(ctx, fork); err != nil {
 		t.Fatal(err)
 	}

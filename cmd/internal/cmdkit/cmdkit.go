@@ -92,16 +92,7 @@ func WriteJSON(w io.Writer, v any) error {
 // log, SEQ being the last replayed turn/end. Fields of override that are
 // set replace those of the Session's spec.adapter.
 func Transcript(ctx context.Context, log *agenthost.Log, namespace, name string, override agenthost.Adapter, w io.Writer) error {
-	target := log.Target()
-	for _, o := range []struct {
-		dst *string
-		v   string
-	}{{&target.Kind, override.Kind}, {&target.API, override.API}, {&target.Provider, override.Provider}, {&target.Model, override.Model},
-		{&target.ReleaseLine, override.ReleaseLine}, {&target.RefusedBlocks, override.RefusedBlocks}} {
-		if o.v != "" {
-			*o.dst = o.v
-		}
-	}
+	target := log.Target().Overridden(override)
 	tr, err := log.WithTarget(target).Transcript(ctx)
 	if errors.Is(err, agenthost.ErrNotReplayed) {
 		line := ""
