@@ -124,7 +124,8 @@ const (
 
 // formatDiff is the comparison as the command prints it: the shared
 // prefix on one line, then the two branches side by side in columns of
-// width/2, or one after the other when that is narrower than minColumn.
+// half the width, or one after the other when that is narrower than
+// minColumn.
 func formatDiff(c compare.Comparison, width int) string {
 	var b strings.Builder
 	b.WriteString(sharedLine(c) + "\n")
@@ -135,33 +136,82 @@ func formatDiff(c compare.Comparison, width int) string {
 	width = max(width, minWidth)
 	column := (width - utf8.RuneCountInString(columnGutter)) / 2
 	if column < minColumn {
-		for i, side := range []compare.Side{c.A, c.B} {
-			if i > 0 {
-				b.WriteString("\n")
-			}
-			name, detail := sideTitle([]string{"A", "B"}[i], side)
-			b.WriteString("=== " + name + " (" + detail + ") ===\n")
-			for j, block := range sideBlocks(side, c.Shared.CutSeq, width) {
-				if j > 0 {
-					b.WriteString("\n")
-				}
-				writeLines(&b, block)
-			}
-		}
-		return b.String()
-	}
-	left, right := sideBlocks(c.A, c.Shared.CutSeq, column), sideBlocks(c.B, c.Shared.CutSeq, column)
-	nameA, detailA := sideTitle("A", c.A)
-	nameB, detailB := sideTitle("B", c.B)
-	writeColumns(&b, []string{clip(nameA, column), clip(detailA, column)}, []string{clip(nameB, column), clip(detailB, column)}, column)
-	b.WriteString(strings.Repeat("─", column+1) + "┼" + strings.Repeat("─", column+1) + "\n")
-	for i := range max(len(left), len(right)) {
-		if i > 0 {
-			writeColumns(&b, []string{""}, []string{""}, column)
-		}
-		writeColumns(&b, at(left, i), at(right, i), column)
+		writeOneAfterTheOther(&b, c, width)
+	} else {
+		writeSideBySide(&b, c, column)
 	}
 	return b.String()
+}
+
+// writeOneAfterTheOther writes each branch under a header of its own.
+func writeOneAfterTheOther(b *strings.Builder, c compare.Comparison, width int) {
+	for i, side := range []compare.Side{c.A, c.B} {
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		name, detail := sideTitle([]string{"A", "B"}[i], side)
+		b.WriteString("=== " + name + " (" + detail + ") ===\n")
+		if len(side.Turns) == 0 {
+			writeLines(b, nothingAfter(c.Shared.CutSeq, width))
+		}
+		for j, t := range side.Turns {
+			if j > 0 {
+				b.WriteString("\n")
+			}
+			writeLines(b, turnLines(t, width))
+		}
+	}
+}
+
+// writeSideBySide writes the branches in two columns, each turn beside
+// the other branch's turn of the same number.
+func writeSideBySide(b *strings.Builder, c compare.Comparison, column int) {
+	nameA, detailA := sideTitle("A", c.A)
+	nameB, detailB := sideTitle("B", c.B)
+	writeColumns(b, []string{clip(nameA, column), clip(detailA, column)}, []string{clip(nameB, column), clip(detailB, column)}, column)
+	b.WriteString(strings.Repeat("─", column+1) + "┼" + strings.Repeat("─", column+1) + "\n")
+	for i, p := range pairTurns(c.A.Turns, c.B.Turns) {
+		if i > 0 {
+			writeColumns(b, []string{""}, []string{""}, column)
+		}
+		var left, right []string
+		if p[0] >= 0 {
+			left = turnLines(c.A.Turns[p[0]], column)
+		}
+		if p[1] >= 0 {
+			right = turnLines(c.B.Turns[p[1]], column)
+		}
+		if i == 0 && len(c.A.Turns) == 0 {
+			left = nothingAfter(c.Shared.CutSeq, column)
+		}
+		if i == 0 && len(c.B.Turns) == 0 {
+			right = nothingAfter(c.Shared.CutSeq, column)
+		}
+		writeColumns(b, left, right, column)
+	}
+}
+
+// pairTurns lines up two branches' turns by index, -1 for none: turns of
+// the same number side by side, a turn only one branch has, or the
+// messages between turns, beside nothing.
+func pairTurns(a, b []compare.Turn) [][2]int {
+	var out [][2]int
+	i, j := 0, 0
+	for i < len(a) || j < len(b) {
+		switch {
+		case j == len(b):
+			out, i = append(out, [2]int{i, -1}), i+1
+		case i == len(a):
+			out, j = append(out, [2]int{-1, j}), j+1
+		case a[i].Turn == b[j].Turn:
+			out, i, j = append(out, [2]int{i, j}), i+1, j+1
+		case a[i].Turn == 0 || b[j].Turn != 0 && a[i].Turn < b[j].Turn:
+			out, i = append(out, [2]int{i, -1}), i+1
+		default:
+			out, j = append(out, [2]int{-1, j}), j+1
+		}
+	}
+	return out
 }
 
 // sharedLine is the shared prefix on one line, e.g. "shared: seq 0-16,
@@ -192,20 +242,18 @@ func sideTitle(letter string, s compare.Side) (name, detail string) {
 	return name, fmt.Sprintf("head %d, replayed through %d", s.HeadSeq, s.ThroughSeq)
 }
 
-// sideBlocks are a branch's turns, each as lines no wider than width.
-func sideBlocks(s compare.Side, cut int64, width int) [][]string {
-	if len(s.Turns) == 0 {
-		return [][]string{wrap(fmt.Sprintf("(nothing after seq %d: its log ends there)", cut), width, "", entryLines)}
+// nothingAfter says that a branch ends at the cut.
+func nothingAfter(cut int64, width int) []string {
+	return wrap(fmt.Sprintf("(nothing after seq %d: its log ends there)", cut), width, "", entryLines)
+}
+
+// turnLines are a turn's title and entries in lines no wider than width.
+func turnLines(t compare.Turn, width int) []string {
+	lines := []string{clip(turnTitle(t), width)}
+	for _, e := range t.Entries {
+		lines = append(lines, wrap(entryLabel(e)+": "+oneLine(e.Text), width, "  ", entryLines)...)
 	}
-	blocks := make([][]string, 0, len(s.Turns))
-	for _, t := range s.Turns {
-		lines := []string{clip(turnTitle(t), width)}
-		for _, e := range t.Entries {
-			lines = append(lines, wrap(entryLabel(e)+": "+oneLine(e.Text), width, "  ", entryLines)...)
-		}
-		blocks = append(blocks, lines)
-	}
-	return blocks
+	return lines
 }
 
 // turnTitle is e.g. "turn 4, seq 17-22, stop".
@@ -328,13 +376,6 @@ func clip(s string, width int) string {
 		return string(r[:width-1]) + "…"
 	}
 	return s
-}
-
-func at(blocks [][]string, i int) []string {
-	if i < len(blocks) {
-		return blocks[i]
-	}
-	return nil
 }
 
 // writeColumns writes left and right side by side, the left padded to

@@ -274,6 +274,43 @@ turn 5, seq 26-, open
 		t.Errorf("got\n%s\nwant\n%s", got, want)
 	}
 
+	// Side by side, each turn beside the other branch's turn of the same
+	// number, a turn or a stretch between turns of one branch beside
+	// nothing; a branch that ends at the cut says so at the top.
+	user := func(seq int64, text string) []compare.Entry {
+		return []compare.Entry{{Kind: compare.KindMessage, Seq: seq, Role: "user", Text: text}}
+	}
+	c.A.Turns = []compare.Turn{c.A.Turns[0], {Turn: 3, StartSeq: 14, EndSeq: 20, Reason: "stop", Replayed: true, Entries: user(15, "three")},
+		{Turn: 4, StartSeq: 21, EndSeq: 25, Reason: "stop", Replayed: true, Entries: user(22, "four")}}
+	c.B = compare.Side{Name: "team-a/chat-child", HeadSeq: 40, ThroughSeq: 40, Turns: []compare.Turn{
+		{Turn: 3, StartSeq: 13, EndSeq: 30, Reason: "toolUse", Replayed: true, Entries: user(14, "three, again")},
+		{Turn: 5, StartSeq: 31, EndSeq: 40, Reason: "stop", Replayed: true, Entries: user(32, "five")}}}
+	want = `shared: seq 0-12, turn 2, 1 message; cut at seq 12 (after turn 2)
+
+A: team-a/chat                              │ B: team-a/chat-child
+head 30, replayed through 20                │ head 40, replayed through 40
+────────────────────────────────────────────┼────────────────────────────────────────────
+between turns, seq 13-13                    │
+  user [compaction]: Summary: the           │
+    deploy[31m failed                       │
+                                            │
+turn 3, seq 14-20, stop                     │ turn 3, seq 13-30, toolUse
+  user: three                               │   user: three, again
+                                            │
+turn 4, seq 21-25, stop                     │
+  user: four                                │
+                                            │
+                                            │ turn 5, seq 31-40, stop
+                                            │   user: five
+`
+	if got := formatDiff(c, 89); got != want {
+		t.Errorf("side by side: got\n%s\nwant\n%s", got, want)
+	}
+	c.A, c.B = c.B, compare.Side{Name: "team-a/chat-copy", HeadSeq: 12, ThroughSeq: -1, Turns: []compare.Turn{}}
+	if got := formatDiff(c, 89); !strings.Contains(got, "\nturn 3, seq 13-30, toolUse                  │ (nothing after seq 12: its log ends there)\n") {
+		t.Errorf("a branch ending at the cut, side by side:\n%s", got)
+	}
+
 	c.Identical, c.Shared.CutSeq, c.Shared.LastTurnEndSeq = true, 10, 10
 	if got, want := formatDiff(c, 60), "shared: seq 0-10, turn 2, 1 message: the two logs are the same\n"; got != want {
 		t.Errorf("identical logs: got %q, want %q", got, want)
