@@ -1,8 +1,9 @@
 // Command kubectl-turnlog is the kubectl plugin for turnlog: on PATH, it
 // runs as `kubectl turnlog ...` and answers an operator's day-to-day
 // questions about Sessions — which are degraded and why, where a
-// conversation can be forked, what a fork's child starts from, what the
-// workers replayed — with kubectl's connection flags. It is built from the
+// conversation can be forked, what a fork's child starts from, how two
+// branches differ, what the workers replayed — with kubectl's connection
+// flags. It is built from the
 // same packages as the turnlog command (agenthost and internal/cmdkit), so
 // `kubectl turnlog log` and `transcript` print what `turnlog export` and
 // `turnlog transcript` print.
@@ -80,12 +81,12 @@ func newRoot(o *options) *cobra.Command {
 	root := &cobra.Command{
 		Use:         "turnlog",
 		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl turnlog"},
-		Short:       "Look at turnlog Sessions: degraded replay, fork points, forks, transcripts, logs and Events",
+		Short:       "Look at turnlog Sessions: degraded replay, fork points, forks and how they differ, transcripts, logs and Events",
 		Long: `kubectl turnlog answers questions about turnlog Sessions in a namespace.
 
-sessions, fork and events need only the cluster. fork-points, transcript and
-log also read the Session's object store, with your own credentials: give its
-URL with --store-url (or $TURNLOG_STORE_URL), and --store-prefix if the
+sessions, fork and events need only the cluster. fork-points, diff, transcript
+and log also read the Session's object store, with your own credentials: give
+its URL with --store-url (or $TURNLOG_STORE_URL), and --store-prefix if the
 operator configured one for it.`,
 		SilenceUsage:      true,
 		SilenceErrors:     true,
@@ -107,7 +108,7 @@ operator configured one for it.`,
 	storeFlags := flag.NewFlagSet("store", flag.ContinueOnError)
 	o.store.Add(storeFlags)
 	flags.AddGoFlagSet(storeFlags)
-	root.AddCommand(sessionsCommand(o), forkPointsCommand(o), forkCommand(o), transcriptCommand(o), exportCommand(o), eventsCommand(o), uiCommand(o))
+	root.AddCommand(sessionsCommand(o), forkPointsCommand(o), forkCommand(o), diffCommand(o), transcriptCommand(o), exportCommand(o), eventsCommand(o), uiCommand(o))
 	return root
 }
 

@@ -148,6 +148,10 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"sessions", "chat"}, `kubectl turnlog sessions: takes no arguments, got ["chat"]`},
 		{[]string{"sessions", "--bogus"}, "kubectl turnlog sessions: unknown flag: --bogus"},
 		{[]string{"sesions"}, `kubectl turnlog: unknown command "sesions"`},
+		{[]string{"diff", "chat"}, "kubectl turnlog diff: want two Sessions to compare, A and B (NAME or NAMESPACE/NAME), got 1 arguments"},
+		{[]string{"diff", "team-a/chat/x", "chat-retry"}, `kubectl turnlog diff: Session "team-a/chat/x": want NAME or NAMESPACE/NAME`},
+		{[]string{"diff", "chat", "/chat-retry"}, `kubectl turnlog diff: Session "/chat-retry": want NAME or NAMESPACE/NAME`},
+		{[]string{"diff", "chat", "chat-retry", "--width", "-1"}, "kubectl turnlog diff: --width -1: want 0 (the terminal's) or a number of columns"},
 	} {
 		var stdout, stderr strings.Builder
 		code := run(context.Background(), tc.args, &stdout, &stderr)
@@ -167,6 +171,7 @@ func TestStoreFlagErrors(t *testing.T) {
 	}{
 		{[]string{"log", "chat", "--store-url", ""}, "kubectl turnlog log: --store-url (or $TURNLOG_STORE_URL) is required"},
 		{[]string{"fork-points", "chat", "--store-url", "ftp://host/x"}, "kubectl turnlog fork-points: --store-url: "},
+		{[]string{"diff", "chat", "chat-retry", "--store-url", ""}, "kubectl turnlog diff: --store-url (or $TURNLOG_STORE_URL) is required"},
 	} {
 		t.Setenv("TURNLOG_STORE_URL", "")
 		var stdout, stderr strings.Builder

@@ -13,6 +13,23 @@ import (
 	. "github.com/onsi/gomega"
 )
 
+// pluginChildTurns continue the fork's child after its cut at the
+// sample's aborted turn 3 (seq 16): an answer carrying another library's
+// replay state, which replay degrades, then a turn stopped while it
+// streamed.
+const pluginChildTurns = `{"seq":17,"type":"turn/start","turn":4,"time":"2026-12-01T11:00:17.000Z"}
+{"seq":18,"type":"user/message","turn":4,"time":"2026-12-01T11:00:18.000Z","content":[{"type":"text","text":"Only the first step, briefly."}]}
+{"seq":19,"type":"response/start","turn":4,"response":0,"adapter":{"kind":"pi-ai","api":"anthropic-messages","provider":"anthropic","model":"claude-sonnet-4-5"}}
+{"seq":20,"type":"chunk","turn":4,"response":0,"block":0,"delta":{"type":"text","text":"Check that the registry answers from inside the cluster."}}
+{"seq":21,"type":"response/finish","turn":4,"response":0,"stopReason":"stop","replayState":{"kind":"other-library","version":1,"response":{}}}
+{"seq":22,"type":"turn/end","turn":4,"reason":"stop"}
+{"seq":23,"type":"turn/start","turn":5}
+{"seq":24,"type":"user/message","turn":5,"content":"And the second step?"}
+{"seq":25,"type":"response/start","turn":5,"response":0}
+{"seq":26,"type":"chunk","turn":5,"response":0,"block":0,"delta":{"type":"text","text":"Then re-run the pipe"}}
+{"seq":27,"type":"turn/end","turn":5,"reason":"aborted"}
+`
+
 // kubectlPlugin runs `kubectl turnlog ARGS` through the real kubectl, which
 // finds kubectl-turnlog on PATH (dir first), against the suite's cluster,
 // namespace and store (from $TURNLOG_STORE_URL, as a user sets it). It
@@ -161,6 +178,48 @@ var _ = Describe("the kubectl plugin", Ordered, func() {
 				HaveKeyWithValue("MESSAGE", And(ContainSubstring("seq 3 "), ContainSubstring("cause version"))))), out)
 			g.Expect(forked).To(HaveExactElements(HaveKeyWithValue("TYPE", "Normal")), out)
 		}).Should(Succeed())
+	})
+
+	It("compares the source with its child, continued, side by side from the cut", func() {
+		Expect(turnlogWithInput([]byte(pluginChildTurns), "append", "--session", child)).To(ContainSubstring("appended seq 17..27"))
+		expectSessionShows(child, map[string]string{"HEAD": "27", "TURNS": "5", "DEGRADED": "2"})
+
+		out, errOut, code := kubectlPlugin(bin, "diff", source, child, "--width", "120")
+		Expect(code).To(Equal(0), errOut)
+		lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+		Expect(lines[0]).To(Equal("shared: seq 0-16, turns 1-3, 5 messages; cut at seq 16 (turn 3, aborted)"), out)
+		// The branches are two columns with " │ " between them.
+		var left, right []string
+		for _, line := range lines[2:] {
+			l, r, found := strings.Cut(line, " │ ")
+			if !found {
+				Expect(line).To(MatchRegexp(`^─+┼─+$`), out)
+				continue
+			}
+			if l = strings.TrimSpace(l); l != "" {
+				left = append(left, l)
+			}
+			if r = strings.TrimSpace(r); r != "" {
+				right = append(right, r)
+			}
+		}
+		Expect(left).To(Equal([]string{
+			"A: " + env.namespace + "/" + source, "head 22, replayed through 22",
+			"turn 4, seq 17-22, stop",
+			"user: Stop. Just the first step, please.",
+			"assistant [native]: First, check whether the registry is",
+			"reachable from the cluster.",
+		}), out)
+		Expect(right).To(Equal([]string{
+			"B: " + env.namespace + "/" + child, "head 27, replayed through 27",
+			"turn 4, seq 17-22, stop",
+			"user: Only the first step, briefly.",
+			"assistant [foreign, degraded: kind]: Check that the",
+			"registry answers from inside the cluster.",
+			"turn 5, seq 23-27, aborted",
+			"user: And the second step?",
+			"frozen [stopped]: Then re-run the pipe",
+		}), out)
 	})
 
 	It("refuses a bad command line and a missing Session in one line", func() {

@@ -71,6 +71,7 @@ var rows = []row{
 	{pkgs: []string{"internal/testutil/..."}, may: []string{"api/...", "internal/...", "internal/testutil/..."}, never: notAbove},
 	{pkgs: []string{"internal/sessionio"}, may: []string{"api/...", "internal/sessionlog", "internal/store", "internal/turnlog"}, never: notAbove},
 	{pkgs: []string{"internal/kubeapply"}, never: notAbove},
+	domain("internal/compare", "internal/derived", "internal/replay", "internal/assembler", "internal/turnlog"),
 	domain("internal/worker", "internal/workerpool", "internal/derived", "internal/sessionlog",
 		"internal/forkcut", "internal/replay", "internal/assembler", "internal/turnlog", "internal/store"),
 	domain("internal/workerpool"),
