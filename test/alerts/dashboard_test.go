@@ -46,11 +46,6 @@ func readDashboard(t *testing.T) dashboard {
 	return d
 }
 
-// optionalVariables may offer nothing: their label is on the series of
-// some installations only (shard: managers started with --shard), and
-// their All value matches series without it.
-var optionalVariables = map[string]bool{"shard": true}
-
 // labelValues is Grafana's label_values(SELECTOR, LABEL) variable query.
 var labelValues = regexp.MustCompile(`^label_values\((.+), *(\w+)\)$`)
 
@@ -75,7 +70,7 @@ func (p *promServer) variableValues(t *testing.T, d dashboard, start, end time.T
 		if err := p.api("/api/v1/label/"+m[2]+"/values", params, &options); err != nil {
 			t.Fatalf("dashboard variable %s: %v", v.Name, err)
 		}
-		if len(options) == 0 && !optionalVariables[v.Name] {
+		if len(options) == 0 {
 			t.Fatalf("dashboard variable %s: %s finds no values: its drop-down is empty", v.Name, v.Definition)
 		}
 		t.Logf("dashboard variable $%s offers %s", v.Name, strings.Join(options, ", "))
