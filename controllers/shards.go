@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -51,9 +52,7 @@ func ShardCacheOptions(opts cache.Options, shard string) cache.Options {
 	}
 	selector := labels.SelectorFromSet(labels.Set{turnlogv1.LabelShard: shard})
 	byObject := make(map[client.Object]cache.ByObject, len(opts.ByObject)+2)
-	for o, c := range opts.ByObject {
-		byObject[o] = c
-	}
+	maps.Copy(byObject, opts.ByObject)
 	byObject[&turnlogv1.Session{}] = cache.ByObject{Label: selector}
 	byObject[&turnlogv1.SessionFork{}] = cache.ByObject{Label: selector}
 	opts.ByObject = byObject

@@ -85,7 +85,7 @@ type harness struct {
 	// are none (shard_test.go).
 	shardManager *process
 	shardAddr    string
-	prom                      *promServer
+	prom         *promServer
 	// job is the scrape job of docs/observability.md's scrape config.
 	job string
 	// started is when the manager started: the dashboard's time range.
