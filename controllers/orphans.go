@@ -74,6 +74,18 @@ type orphanLedger struct {
 	// Timeout bounds the deletion of one log, as DeletionTimeout bounds it
 	// for a Session.
 	Timeout time.Duration
+	// Shard is the manager's shard, if it has one: its records carry the
+	// shard's label, and it sweeps only those.
+	Shard string
+}
+
+// labels mark the records of this ledger's manager.
+func (l *orphanLedger) labels() map[string]string {
+	labels := map[string]string{LabelOrphanedLog: "true"}
+	if l.Shard != "" {
+		labels[turnlogv1.LabelShard] = l.Shard
+	}
+	return labels
 }
 
 // recordName is the record of the Session with this UID.
@@ -86,7 +98,7 @@ func (l *orphanLedger) record(ctx context.Context, session *turnlogv1.Session, s
 	cm := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: l.Namespace, Name: recordName(string(session.UID)),
-			Labels: map[string]string{LabelOrphanedLog: "true"},
+			Labels: l.labels(),
 		},
 		Data: map[string]string{
 			orphanStore: store, orphanNamespace: session.Namespace, orphanSession: session.Name, orphanUID: string(session.UID),
@@ -125,7 +137,7 @@ func (*orphanLedger) NeedLeaderElection() bool { return true }
 func (l *orphanLedger) sweep(ctx context.Context) {
 	log := ctrl.LoggerFrom(ctx).WithName("orphan-sweep")
 	list := &corev1.ConfigMapList{}
-	if err := l.Reader.List(ctx, list, client.InNamespace(l.Namespace), client.MatchingLabels{LabelOrphanedLog: "true"}); err != nil {
+	if err := l.Reader.List(ctx, list, client.InNamespace(l.Namespace), client.MatchingLabels(l.labels())); err != nil {
 		log.Error(err, "listing the records of orphaned logs", "namespace", l.Namespace)
 		return
 	}

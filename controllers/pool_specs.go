@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/internal/worker"
 )
 
@@ -30,6 +31,27 @@ const (
 // poolLabels are on the worker Deployments, their Secrets and pods.
 var poolLabels = map[string]string{"app.kubernetes.io/name": "turnlog", "app.kubernetes.io/component": "worker", labelPool: "true"}
 
+// name is the name of the worker Deployment and Secret of the manager's
+// shard: each shard's manager keeps its own in a namespace that has
+// Sessions of several shards, as its pods lease runs from it alone.
+func (s PoolSettings) name() string {
+	if s.shard == "" {
+		return poolName
+	}
+	return poolName + "-" + s.shard
+}
+
+// labels are poolLabels, with the shard's label for a manager of one
+// shard: its Deployments select only their own pods, and it adopts, reads
+// and deletes only its own.
+func (s PoolSettings) labels() map[string]string {
+	l := maps.Clone(poolLabels)
+	if s.shard != "" {
+		l[turnlogv1.LabelShard] = s.shard
+	}
+	return l
+}
+
 // poolObjects are what pod worker mode keeps in a namespace with work.
 type poolObjects struct {
 	// secret holds the pods' token and the manager's certificate.
@@ -42,17 +64,17 @@ type poolObjects struct {
 // the namespace's token, and from nothing else: the pods it asks for are
 // fixed by the golden files in testdata/ (pool_specs_test.go).
 func poolSpecs(namespace string, replicas int32, s PoolSettings, token string) poolObjects {
-	secret := poolSecret(namespace, token, s.CertPEM)
+	secret := poolSecret(namespace, token, s)
 	return poolObjects{secret: secret, deployment: poolDeployment(namespace, replicas, s, configDigest(secret, s.Endpoint))}
 }
 
 // poolSecret holds what a namespace's worker pods authenticate with: the
 // namespace's token, and the certificate the manager's endpoint presents.
-func poolSecret(namespace, token string, cert []byte) *corev1.Secret {
+func poolSecret(namespace, token string, s PoolSettings) *corev1.Secret {
 	return &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: poolName, Namespace: namespace, Labels: maps.Clone(poolLabels)},
+		ObjectMeta: metav1.ObjectMeta{Name: s.name(), Namespace: namespace, Labels: s.labels()},
 		Type:       corev1.SecretTypeOpaque,
-		Data:       map[string][]byte{"token": []byte(token), "ca.crt": cert},
+		Data:       map[string][]byte{"token": []byte(token), "ca.crt": s.CertPEM},
 	}
 }
 
@@ -73,10 +95,10 @@ func configDigest(secret *corev1.Secret, endpoint string) string {
 // credentials, under the restricted Pod Security Standard, as a Job's
 // does.
 func poolDeployment(namespace string, replicas int32, s PoolSettings, digest string) *appsv1.Deployment {
-	labels := maps.Clone(poolLabels)
+	labels := s.labels()
 	secretKey := func(key string) *corev1.EnvVarSource {
 		return &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
-			LocalObjectReference: corev1.LocalObjectReference{Name: poolName}, Key: key}}
+			LocalObjectReference: corev1.LocalObjectReference{Name: s.name()}, Key: key}}
 	}
 	container := corev1.Container{
 		Name:  "worker",
@@ -98,7 +120,7 @@ func poolDeployment(namespace string, replicas int32, s PoolSettings, digest str
 		}}}
 	}
 	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: poolName, Namespace: namespace, Labels: maps.Clone(labels)},
+		ObjectMeta: metav1.ObjectMeta{Name: s.name(), Namespace: namespace, Labels: maps.Clone(labels)},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To(replicas),
 			Selector: &metav1.LabelSelector{MatchLabels: maps.Clone(labels)},

@@ -44,6 +44,12 @@ func TestPoolSpecsGolden(t *testing.T) {
 			Image: "ghcr.io/turnlog/turnlog:v1", Endpoint: "https://turnlog-worker-endpoint.turnlog-system.svc:9444",
 			CertPEM: []byte("CERT"), RunsPerPod: DefaultWorkerPodRuns,
 		}},
+		// A manager of shard b: its own Deployment and Secret beside other
+		// shards', selecting only its own pods.
+		{"shard", 1, PoolSettings{
+			Image: "ghcr.io/turnlog/turnlog:v1", Endpoint: "https://10.0.0.9:9444",
+			CertPEM: []byte("CERT"), RunsPerPod: DefaultWorkerPodRuns, shard: "b",
+		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			specs := poolSpecs("team-a", c.replicas, c.settings, "token-a")
@@ -160,8 +166,8 @@ func TestPoolDeployment(t *testing.T) {
 	// Another token (a restarted manager) or another endpoint: another
 	// pod template, so the pods are replaced.
 	for what, digest := range map[string]string{
-		"token":    configDigest(poolSecret("team-a", "token-b", []byte("CERT")), s.Endpoint),
-		"cert":     configDigest(poolSecret("team-a", "token-a", []byte("CERT2")), s.Endpoint),
+		"token":    configDigest(poolSecret("team-a", "token-b", s), s.Endpoint),
+		"cert":     configDigest(poolSecret("team-a", "token-a", PoolSettings{CertPEM: []byte("CERT2")}), s.Endpoint),
 		"endpoint": configDigest(secret, "https://10.0.0.8:9444"),
 	} {
 		if digest == d.Spec.Template.Annotations[annotationPoolConfig] {

@@ -59,6 +59,10 @@ type PoolSettings struct {
 	// Namespaces are the namespaces the manager watches (--watch-namespace);
 	// empty: every namespace.
 	Namespaces []string
+
+	// shard is Config.Shard, which Setup copies here: it names and labels
+	// the shard's own worker Deployments.
+	shard string
 }
 
 // Defaults of PoolSettings.
@@ -371,7 +375,7 @@ func (w *PoolWorkers) adopt(ctx context.Context) {
 	}
 	for _, scope := range scopes {
 		list := &appsv1.DeploymentList{}
-		if err := w.Reader.List(ctx, list, scope, client.MatchingLabels(poolLabels)); err != nil {
+		if err := w.Reader.List(ctx, list, scope, client.MatchingLabels(w.Settings.labels())); err != nil {
 			logf.FromContext(ctx).Error(err, "listing worker Deployments a previous manager left")
 			continue
 		}
@@ -505,11 +509,11 @@ func (w *PoolWorkers) diagnose(ctx context.Context, now time.Time) {
 // nothing is seen (they may just be starting).
 func (w *PoolWorkers) podTrouble(ctx context.Context, namespace string) string {
 	pods := &corev1.PodList{}
-	if err := w.Reader.List(ctx, pods, client.InNamespace(namespace), client.MatchingLabels(poolLabels)); err != nil {
+	if err := w.Reader.List(ctx, pods, client.InNamespace(namespace), client.MatchingLabels(w.Settings.labels())); err != nil {
 		return ""
 	}
 	if len(pods.Items) == 0 {
-		return fmt.Sprintf("no worker pod exists yet (Deployment %s)", poolName)
+		return fmt.Sprintf("no worker pod exists yet (Deployment %s)", w.Settings.name())
 	}
 	for _, pod := range pods.Items {
 		for _, c := range pod.Status.Conditions {
@@ -547,11 +551,11 @@ func (w *PoolWorkers) podsFor(busy int) int32 {
 func (w *PoolWorkers) apply(ctx context.Context, namespace string, n int32) error {
 	if n == 0 {
 		for _, obj := range []client.Object{
-			&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: poolName}},
-			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: poolName}},
+			&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: w.Settings.name()}},
+			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: w.Settings.name()}},
 		} {
 			if err := w.Client.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
-				return fmt.Errorf("delete %T %s: %w", obj, poolName, err)
+				return fmt.Errorf("delete %T %s: %w", obj, obj.GetName(), err)
 			}
 		}
 		return nil

@@ -55,6 +55,9 @@ type SessionReconciler struct {
 	// orphans records the logs deletion leaves in a failing store; nil:
 	// only the LogOrphaned Event says where they are.
 	orphans *orphanLedger
+	// handover, set when the manager reconciles one shard, hands Sessions
+	// over between shards (shards.go).
+	handover *handover
 
 	// APIReader reads a Session the cache is behind on (catchUp); written
 	// is the resourceVersion of each Session's last status write (key:
@@ -135,6 +138,9 @@ func (r *SessionReconciler) reconcile(ctx context.Context, req ctrl.Request) out
 
 	s := &sessionScope{session: session, before: *session.Status.DeepCopy()}
 	err := r.runSteps(ctx, storeCtx, s)
+	if r.movedAway(ctx, session) {
+		return outcome.Wait(0)
+	}
 	if perr := r.patchStatus(ctx, s, err); perr != nil {
 		err = errors.Join(err, perr)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -43,15 +44,20 @@ func (r *SessionReconciler) reconcileDelete(ctx context.Context, session *turnlo
 		// which is idempotent.
 		return outcome.Retry(client.IgnoreNotFound(ignoreConflict(err)))
 	}
-	r.written.Delete(session.UID)
-	prefix := string(session.UID) + "/"
+	r.forget(session.UID)
+	return outcome.Wait(0)
+}
+
+// forget drops what the reconciler remembers of the Session uid.
+func (r *SessionReconciler) forget(uid types.UID) {
+	r.written.Delete(uid)
+	prefix := string(uid) + "/"
 	r.reported.Range(func(key, _ any) bool {
 		if strings.HasPrefix(key.(string), prefix) {
 			r.reported.Delete(key)
 		}
 		return true
 	})
-	return outcome.Wait(0)
 }
 
 // deleteLog deletes the Session's log. While the store fails it says so in

@@ -24,11 +24,15 @@ import (
 // SetupWithManager registers the reconciler. A Session is reconciled when
 // its spec changes, when its nudge annotation changes, and when its worker
 // run ends or a worker slot frees for it (wakeups); its own status writes
-// do not wake it.
+// do not wake it. A manager of one shard also notes the Sessions that come
+// into its cache and lets go of those that leave it (shards.go).
 func (r *SessionReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	predicates := []predicate.Predicate{predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{})}
+	if r.handover != nil {
+		predicates = append(predicates, r.shardMoves())
+	}
 	b := ctrl.NewControllerManagedBy(mgr).
-		For(&turnlogv1.Session{}, builder.WithPredicates(predicate.Or(
-			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		For(&turnlogv1.Session{}, builder.WithPredicates(predicates...)).
 		Named("session")
 	if r.wakeups != nil {
 		b = b.WatchesRawSource(source.Channel(r.wakeups, &handler.EnqueueRequestForObject{}))

@@ -25,7 +25,7 @@ func (r *SessionReconciler) reconcileWork(ctx context.Context, s *sessionScope) 
 			s.ready = &condition{turnlogv1.ReasonWorkPending, fmt.Sprintf("waiting for worker run %s to finish", busy)}
 			return nil
 		}
-		if r.heldBack(s, run) {
+		if r.heldBack(s, run) || r.handingOver(s, run) {
 			return nil
 		}
 		out, err := r.Workers.Run(ctx, run)

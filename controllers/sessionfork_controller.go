@@ -38,6 +38,10 @@ import (
 // status is written last.
 type SessionForkReconciler struct {
 	client.Client
+	// Sessions reads the source and child Sessions; nil is the Client.
+	// A manager of one shard reads them from the API server, as they may
+	// be in other shards.
+	Sessions client.Reader
 	Recorder events.EventRecorder
 	Stores   Stores
 	// PollInterval is how often a fork waiting for its turn to end looks at
@@ -201,7 +205,7 @@ func (r *SessionForkReconciler) reconcileAnchor(_ context.Context, s *forkScope)
 
 func (r *SessionForkReconciler) reconcileSource(ctx context.Context, s *forkScope) error {
 	source := &turnlogv1.Session{}
-	err := r.Get(ctx, client.ObjectKey{Namespace: s.fork.Namespace, Name: s.fork.Spec.Source.Name}, source)
+	err := r.sessionReader().Get(ctx, client.ObjectKey{Namespace: s.fork.Namespace, Name: s.fork.Spec.Source.Name}, source)
 	if apierrors.IsNotFound(err) {
 		return r.fail(s, turnlogv1.ReasonSourceNotFound, "source Session %s does not exist in namespace %s", s.fork.Spec.Source.Name, s.fork.Namespace)
 	}
@@ -214,7 +218,7 @@ func (r *SessionForkReconciler) reconcileSource(ctx context.Context, s *forkScop
 	s.source = source
 
 	child := &turnlogv1.Session{}
-	err = r.Get(ctx, client.ObjectKey{Namespace: s.fork.Namespace, Name: childName(s.fork)}, child)
+	err = r.sessionReader().Get(ctx, client.ObjectKey{Namespace: s.fork.Namespace, Name: childName(s.fork)}, child)
 	switch {
 	case apierrors.IsNotFound(err):
 	case err != nil:

@@ -63,6 +63,11 @@ type Config struct {
 	// records nothing.
 	OrphanNamespace     string
 	OrphanSweepInterval time.Duration
+	// Shard, if set, is the shard this manager reconciles: the Sessions
+	// and SessionForks labelled turnlog.dev/shard with it, which are all
+	// its cache must hold (ShardCacheOptions). Empty: every one, as one
+	// manager does.
+	Shard string
 }
 
 // Defaults of Config.
@@ -121,6 +126,12 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxPollInterval != 0 && c.MaxPollInterval < c.PollInterval {
 		return c, fmt.Errorf("max poll interval %s is shorter than the poll interval %s", c.MaxPollInterval, c.PollInterval)
 	}
+	if c.Shard != "" {
+		if err := ValidateShard(c.Shard); err != nil {
+			return c, err
+		}
+		c.Pool.shard = c.Shard
+	}
 	if c.WorkerMaxFailures < 0 {
 		return c, fmt.Errorf("worker max failures must not be negative, got %d", c.WorkerMaxFailures)
 	}
@@ -156,10 +167,14 @@ func setupSessions(mgr ctrl.Manager, cfg Config, recorder events.EventRecorder, 
 		MaxWorkerFailures: cfg.WorkerMaxFailures, DeletionTimeout: cfg.DeletionTimeout,
 		StoreTimeout: cfg.StoreTimeout, queue: &fairQueue{limits: cfg.Limits}, watchdog: watch,
 	}
+	if cfg.Shard != "" {
+		sessions.handover = &handover{shard: cfg.Shard, grace: HandoverGrace}
+	}
 	if cfg.OrphanNamespace != "" {
 		sessions.orphans = &orphanLedger{
 			Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: recorder, Stores: cfg.Stores,
 			Namespace: cfg.OrphanNamespace, Interval: cfg.OrphanSweepInterval, Timeout: cfg.DeletionTimeout,
+			Shard: cfg.Shard,
 		}
 		if err := mgr.Add(sessions.orphans); err != nil {
 			return err
@@ -219,6 +234,9 @@ func setupForks(ctx context.Context, mgr ctrl.Manager, cfg Config, recorder even
 				return &turnlogv1.SessionFork{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name}}
 			}),
 		},
+	}
+	if cfg.Shard != "" {
+		forks.Sessions = mgr.GetAPIReader()
 	}
 	if err := forks.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("set up the SessionFork controller: %w", err)

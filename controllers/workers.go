@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -96,6 +97,9 @@ func runName(session *turnlogv1.Session, inv worker.Invocation, position string)
 // machines without a kubelet and for tests.
 type LocalWorkers struct {
 	slots slots
+	// running cancels the run going for each Session (by key), for
+	// Forget.
+	running sync.Map
 }
 
 // Run runs the task to completion, if a slot is free. The run reads the
@@ -107,9 +111,19 @@ func (w *LocalWorkers) Run(ctx context.Context, run WorkerRun) (WorkerOutcome, e
 		return WorkerOutcome{Queued: true, Message: limit}, nil
 	}
 	defer w.slots.release(ns)
+	key := client.ObjectKeyFromObject(run.Session)
+	runCtx, cancel := context.WithCancel(ctx)
+	w.running.Store(key, cancel)
+	defer w.running.Delete(key)
+	defer cancel()
 	began := time.Now()
-	_, err := runInProcess(ctx, run)
+	_, err := runInProcess(runCtx, run)
 	localRunSeconds.WithLabelValues(string(run.Task)).Observe(time.Since(began).Seconds())
+	if err != nil && runCtx.Err() != nil && ctx.Err() == nil {
+		// Forgotten: the Session left the manager's shard, and its new
+		// manager runs it.
+		return WorkerOutcome{Failed: true, Attempt: fmt.Sprintf("local-%d", time.Now().UnixNano()), Message: "the run was stopped: the Session left this manager's shard"}, nil
+	}
 	if err != nil {
 		msg := storeProblem(ctx, run.Store, fmt.Sprintf("%s run %s", run.Task, run.Name), err).message
 		return WorkerOutcome{Failed: true, Attempt: fmt.Sprintf("local-%d", time.Now().UnixNano()), Message: msg}, nil
@@ -157,5 +171,12 @@ func (*LocalWorkers) Busy(context.Context, *turnlogv1.Session, string) (string, 
 	return "", nil
 }
 
-// Forget has nothing to remove.
-func (*LocalWorkers) Forget(context.Context, *turnlogv1.Session) error { return nil }
+// Forget cancels session's run if one is going: a run is done inside the
+// reconcile that started it, so only a Session that left the manager's
+// shard during that reconcile has one.
+func (w *LocalWorkers) Forget(_ context.Context, session *turnlogv1.Session) error {
+	if cancel, ok := w.running.Load(client.ObjectKeyFromObject(session)); ok {
+		cancel.(context.CancelFunc)()
+	}
+	return nil
+}

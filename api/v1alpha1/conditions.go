@@ -53,6 +53,11 @@ const (
 	LabelForkSource = "turnlog.dev/fork-source"
 	// LabelFork names the SessionFork that created a child Session.
 	LabelFork = "turnlog.dev/fork"
+	// LabelShard names the shard whose manager (turnlog manager
+	// --shard=NAME) reconciles a Session or SessionFork. The admission
+	// policy of config/shards sets it when the object is created; only an
+	// operator changes it (docs/scaling.md).
+	LabelShard = "turnlog.dev/shard"
 	// AnnotationRequestedAt nudges the Session controller to look at the log
 	// now (set by `turnlog import` and `turnlog append` after a write).
 	AnnotationRequestedAt = "turnlog.dev/requested-at"

@@ -46,6 +46,9 @@ func runManager(ctx context.Context, args []string, _ io.Reader, _, stderr io.Wr
 	}
 
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts), zap.WriteTo(stderr)))
+	if f.shard != "" {
+		controllers.ShardMetrics(f.shard)
+	}
 	if err := setMemoryLimit(os.Getenv("TURNLOG_MEMORY_LIMIT")); err != nil {
 		return fail(stderr, "manager", err)
 	}
@@ -91,6 +94,7 @@ type managerFlags struct {
 	storeURL, storesFile              string
 	stores                            []controllers.StoreConfig
 	namespaces                        []string
+	shard                             string
 	storeTimeout, reconcileDeadline   time.Duration
 	forkCopyTimeout                   time.Duration
 	deletionTimeout, orphanSweep      time.Duration
@@ -126,6 +130,13 @@ func (f *managerFlags) bind(fs *flag.FlagSet) {
 			return fmt.Errorf("%q: %s", v, strings.Join(errs, "; "))
 		}
 		f.namespaces = append(f.namespaces, v)
+		return nil
+	})
+	fs.Func("shard", "reconcile only the Sessions and SessionForks labelled turnlog.dev/shard=NAME, electing a leader with a Lease of the shard's own, and label the metrics shard=NAME (docs/scaling.md); default: every one", func(v string) error {
+		if err := controllers.ValidateShard(v); err != nil {
+			return err
+		}
+		f.shard = v
 		return nil
 	})
 	fs.DurationVar(&f.storeTimeout, "store-timeout", controllers.DefaultStoreTimeout, "how long one look at a Session may wait for its store (the probe, the head, the checkpoints) before it is reported StoreUnavailable and retried")
@@ -208,11 +219,11 @@ func (f *managerFlags) newManager() (ctrl.Manager, error) {
 		Metrics:                metricsOpts,
 		HealthProbeBindAddress: f.probeAddr,
 		LeaderElection:         f.leaderElect,
-		LeaderElectionID:       "turnlog-manager.turnlog.dev",
+		LeaderElectionID:       controllers.LeaderElectionID(f.shard),
 		// Within the Deployment's terminationGracePeriodSeconds: reconciles
 		// that do not end by then are abandoned, not waited for.
 		GracefulShutdownTimeout: ptr.To(shutdownGrace),
-		Cache:                   controllers.CacheOptions(f.namespaces...),
+		Cache:                   controllers.ShardCacheOptions(controllers.CacheOptions(f.namespaces...), f.shard),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create the manager: %w", err)
@@ -235,6 +246,7 @@ func (f *managerFlags) controllersConfig(stores controllers.Stores, resources co
 		ReconcileDeadline:   f.reconcileDeadline,
 		OrphanNamespace:     f.orphanNamespace,
 		OrphanSweepInterval: f.orphanSweep,
+		Shard:               f.shard,
 	}
 }
 

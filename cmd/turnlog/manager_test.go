@@ -48,6 +48,7 @@ func TestManagerRefusesBadStores(t *testing.T) {
 		{[]string{"--store-url", "mem://", "--worker-cpu-request", "2", "--worker-cpu-limit", "1"}, 2, "--worker-cpu-limit 1 is below --worker-cpu-request 2"},
 		{[]string{"--store-url", "mem://", "--worker-max-failures", "0"}, 2, "--worker-max-failures 0: must be at least 1"},
 		{[]string{"--store-url", "mem://", "--watch-namespace", "Team_A"}, 2, `"Team_A"`},
+		{[]string{"--store-url", "mem://", "--shard", "Shard_1"}, 2, `shard "Shard_1": a lowercase RFC 1123 label`},
 		{[]string{"--store-url", "mem://", "--namespace-concurrent-reconciles", "4"}, 2, "--namespace-concurrent-reconciles 4: must be below --concurrent-reconciles 4, or one namespace can hold every reconcile"},
 		{[]string{"--store-url", "mem://", "--fork-copies", "0"}, 2, "--fork-copies 0: must be at least 1"},
 		{[]string{"--store-url", "mem://", "--namespace-reconcile-rate", "-1"}, 2, "--namespace-reconcile-rate -1: must not be negative"},

@@ -273,8 +273,8 @@ func TestDashboardQueriesParse(t *testing.T) {
 		t.Fatalf("turnlog.json: %v", err)
 	}
 	// What Grafana substitutes: a range for $__rate_interval, regexes for
-	// the variables (all namespaces, any job).
-	variables := strings.NewReplacer("$__rate_interval", "5m", "$namespace", ".*", "$job", ".+")
+	// the variables (all namespaces, any job, any shard).
+	variables := strings.NewReplacer("$__rate_interval", "5m", "$namespace", ".*", "$job", ".+", "$shard", ".*")
 	var rules []map[string]string
 	for _, p := range dash.Panels {
 		for _, target := range p.Targets {

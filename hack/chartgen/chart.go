@@ -10,6 +10,8 @@ import (
 	"text/template"
 
 	"sigs.k8s.io/yaml"
+
+	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 )
 
 // chartValues are the defaults of values.yaml, read from config/ so that
@@ -19,6 +21,8 @@ type chartValues struct {
 	Stores                    string
 	CredentialsSecret         string
 	Resources                 any
+	// ShardBy is config/shards' data.by.
+	ShardBy string
 }
 
 // generated heads every file chartgen writes from config/.
@@ -48,11 +52,11 @@ func generate(root string) (map[string][]byte, error) {
 	files := map[string][]byte{}
 	values := &chartValues{}
 	add := func(o object, wrap func(string) string) error {
+		name := "templates/" + strings.ToLower(str(o, "kind")) + "-" + str(o, "metadata", "name") + ".yaml"
 		t, err := templateObject(o, values)
 		if err != nil {
 			return fmt.Errorf("%s: %w", objectKey(o), err)
 		}
-		name := "templates/" + strings.ToLower(str(o, "kind")) + "-" + str(o, "metadata", "name") + ".yaml"
 		if _, dup := files[name]; dup {
 			return fmt.Errorf("two objects would be written to %s", name)
 		}
@@ -76,6 +80,17 @@ func generate(root string) (map[string][]byte, error) {
 	if err := add(watchedNamespaceRoleBinding(roleBindings[0]), rangeWatchedNamespaces); err != nil {
 		return nil, err
 	}
+	for _, file := range []string{"shard_policy.yaml", "shards.yaml"} {
+		objects, err := readObjects(filepath.Join(root, "config", "shards", file))
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range objects {
+			if err := add(o, onlyIf(".Values.shards")); err != nil {
+				return nil, err
+			}
+		}
+	}
 	for _, o := range monitoring {
 		if err := add(o, onlyIf(".Values.monitoring."+lowerFirst(str(o, "kind")))); err != nil {
 			return nil, err
@@ -83,6 +98,9 @@ func generate(root string) (map[string][]byte, error) {
 	}
 	if values.ImageRepository == "" || values.Stores == "" {
 		return nil, fmt.Errorf("config/default has no manager Deployment or no turnlog-stores ConfigMap")
+	}
+	if values.ShardBy == "" {
+		return nil, fmt.Errorf("config/shards has no turnlog-shards ConfigMap saying what picks a shard (data.by)")
 	}
 	return addStatic(files, values)
 }
@@ -124,10 +142,14 @@ func onlyIf(cond string) func(string) string {
 
 // clusterWideUnlessWatching leaves out the ClusterRoleBinding of the
 // manager's own ClusterRole when it watches listed namespaces: it gets
-// RoleBindings there instead, as in config/namespaced.
+// RoleBindings there instead, as in config/namespaced. It also renders the
+// manager Deployment once per shard.
 func clusterWideUnlessWatching(o object) func(string) string {
-	if str(o, "kind") == "ClusterRoleBinding" && str(o, "metadata", "name") == managerName {
+	switch {
+	case str(o, "kind") == "ClusterRoleBinding" && str(o, "metadata", "name") == managerName:
 		return onlyIf("not .Values.watchNamespaces")
+	case str(o, "kind") == "Deployment" && str(o, "metadata", "name") == managerName:
+		return perShard
 	}
 	return func(t string) string { return t }
 }
@@ -164,6 +186,10 @@ func templateObject(o object, values *chartValues) (string, error) {
 	case str(o, "kind") == "ConfigMap" && str(o, "metadata", "name") == "turnlog-stores":
 		values.Stores = str(o, "data", "stores")
 		o["data"].(map[string]any)["stores"] = inlineSentinel("stores")
+	case str(o, "kind") == "ConfigMap" && str(o, "metadata", "name") == "turnlog-shards":
+		values.ShardBy = str(o, "data", "by")
+		o["data"].(map[string]any)["shards"] = inlineSentinel("shardNames")
+		o["data"].(map[string]any)["by"] = inlineSentinel("shardBy")
 	}
 	data, err := yaml.Marshal(o)
 	if err != nil {
@@ -189,6 +215,9 @@ var inlineTemplates = map[string]string{
 	"stores":           `{{ .Values.stores | quote }}`,
 	"watchedNamespace": `{{ . }}`,
 	"credentialsName":  `{{ . }}`,
+	"managerName":      `turnlog-manager{{ if ne (toString $shard) "" }}-shard-{{ $shard }}{{ end }}`,
+	"shardNames":       `{{ until (int .Values.shards) | join " " | quote }}`,
+	"shardBy":          `{{ .Values.shardBy | quote }}`,
 }
 
 // A blockFunc writes the lines that replace "key: <sentinel>", whose key
@@ -196,9 +225,10 @@ var inlineTemplates = map[string]string{
 type blockFunc func(line string, col int) (string, error)
 
 var (
-	labelsLine   = regexp.MustCompile(`^(\s*)'` + labelsSentinel + `': '` + labelsSentinel + `'$`)
-	blockLine    = regexp.MustCompile(`^(\s*(?:- )?)([\w-]+): '@@(\w+)@@'$`)
-	inlineQuoted = regexp.MustCompile(`'@@(\w+)@@'`)
+	labelsLine     = regexp.MustCompile(`^(\s*)'` + labelsSentinel + `': '` + labelsSentinel + `'$`)
+	shardLabelLine = regexp.MustCompile(`^(\s*)'` + shardLabelSentinel + `': '` + shardLabelSentinel + `'$`)
+	blockLine      = regexp.MustCompile(`^(\s*(?:- )?)([\w-]+): '@@(\w+)@@'$`)
+	inlineQuoted   = regexp.MustCompile(`'@@(\w+)@@'`)
 )
 
 func expandSentinels(s string, blocks map[string]blockFunc) (string, error) {
@@ -206,6 +236,10 @@ func expandSentinels(s string, blocks map[string]blockFunc) (string, error) {
 	for _, line := range strings.SplitAfter(s, "\n") {
 		if m := labelsLine.FindStringSubmatch(strings.TrimSuffix(line, "\n")); m != nil {
 			fmt.Fprintf(&out, "%s{{- include \"turnlog.labels\" $ | nindent %d }}\n", m[1], len(m[1]))
+			continue
+		}
+		if m := shardLabelLine.FindStringSubmatch(strings.TrimSuffix(line, "\n")); m != nil {
+			fmt.Fprintf(&out, "%s\n%s%s: {{ $shard | quote }}\n{{- end }}\n", ifSharded, m[1], turnlogv1.LabelShard)
 			continue
 		}
 		if m := blockLine.FindStringSubmatch(strings.TrimSuffix(line, "\n")); m != nil && blocks[m[3]] != nil {

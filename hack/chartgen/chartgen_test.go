@@ -220,3 +220,73 @@ func toYAML(o object) string {
 	data, _ := yaml.Marshal(o)
 	return string(data)
 }
+
+// TestChartShards: shards: 3 renders three manager Deployments, each
+// config/default's with its shard's name, label (in its selector too) and
+// --shard flag, and config/shards: the admission policy, and the list of
+// shards it picks from. Without shards there is one manager and no policy
+// (TestChartRendersConfig).
+func TestChartShards(t *testing.T) {
+	helm := helmBinary(t)
+	objects := helmTemplate(t, helm, "--set", "shards=3", "--set", "shardBy=namespace")
+	base, err := kustomizeBuild(root, "config/default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy, err := kustomizeBuild(root, "config/shards")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var manager object
+	for _, o := range base {
+		if objectKey(o) == "Deployment/turnlog-system/turnlog-manager" {
+			manager = o
+		}
+	}
+	var want []object
+	for _, o := range base {
+		if o["kind"] != "Deployment" && o["kind"] != "CustomResourceDefinition" {
+			want = append(want, o)
+		}
+	}
+	for _, shard := range []string{"0", "1", "2"} {
+		want = append(want, shardManager(t, manager, shard))
+	}
+	for _, o := range policy {
+		if o["kind"] == "ConfigMap" {
+			o["data"] = map[string]any{"shards": "0 1 2", "by": "namespace"}
+		}
+		want = append(want, o)
+	}
+	var got []object
+	for _, o := range objects {
+		if o["kind"] != "CustomResourceDefinition" {
+			got = append(got, o)
+		}
+	}
+	compareObjects(t, got, want)
+}
+
+// shardManager is the manager Deployment of config/default as the manager
+// of shard.
+func shardManager(t *testing.T, manager object, shard string) object {
+	t.Helper()
+	data, err := yaml.Marshal(manager)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var o object
+	if err := yaml.Unmarshal(data, &o); err != nil {
+		t.Fatal(err)
+	}
+	o["metadata"].(map[string]any)["name"] = "turnlog-manager-shard-" + shard
+	for _, path := range [][]string{{"metadata", "labels"}, {"spec", "selector", "matchLabels"}, {"spec", "template", "metadata", "labels"}} {
+		field(o, path...).(map[string]any)["turnlog.dev/shard"] = shard
+	}
+	c, err := managerContainer(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c["args"] = append(c["args"].([]any), "--shard="+shard)
+	return o
+}

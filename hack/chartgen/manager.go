@@ -19,6 +19,9 @@ func templateManager(o object, values *chartValues, blocks map[string]blockFunc)
 	if err != nil {
 		return err
 	}
+	if err := templateShard(o); err != nil {
+		return err
+	}
 	image, _ := c["image"].(string)
 	i := strings.LastIndex(image, ":")
 	if i < 0 {
@@ -32,7 +35,7 @@ func templateManager(o object, values *chartValues, blocks map[string]blockFunc)
 	values.Resources = c["resources"]
 	c["resources"] = inlineSentinel("resources")
 	blocks["resources"] = func(line string, col int) (string, error) {
-		return fmt.Sprintf("%sresources:\n%*s{{- toYaml .Values.resources | nindent %d }}\n", line, col+2, "", col+2), nil
+		return fmt.Sprintf("%sresources:\n%*s{{- toYaml $.Values.resources | nindent %d }}\n", line, col+2, "", col+2), nil
 	}
 	args, err := templateArgs(c, values)
 	if err != nil {
@@ -87,7 +90,7 @@ func templateArgs(c map[string]any, values *chartValues) (blockFunc, error) {
 		}
 		if name, ok := strings.CutPrefix(a, credentialsFlag); ok {
 			values.CredentialsSecret = name
-			lines = append(lines, "{{- with .Values.credentialsSecret }}", "- "+credentialsFlag+"{{ . }}", "{{- end }}")
+			lines = append(lines, "{{- with $.Values.credentialsSecret }}", "- "+credentialsFlag+"{{ . }}", "{{- end }}")
 			continue
 		}
 		data, err := yaml.Marshal(a)
@@ -100,15 +103,18 @@ func templateArgs(c map[string]any, values *chartValues) (blockFunc, error) {
 		return nil, fmt.Errorf("no %s argument", credentialsFlag)
 	}
 	lines = append(lines,
-		"{{- range $flag, $value := .Values.limits }}",
+		"{{- range $flag, $value := $.Values.limits }}",
 		`{{- if not (kindIs "invalid" $value) }}`,
 		"- --{{ kebabcase $flag }}={{ $value }}",
 		"{{- end }}",
 		"{{- end }}",
-		"{{- range .Values.watchNamespaces }}",
+		"{{- range $.Values.watchNamespaces }}",
 		"- --watch-namespace={{ . }}",
 		"{{- end }}",
-		"{{- range .Values.extraArgs }}",
+		ifSharded,
+		"- --shard={{ $shard }}",
+		"{{- end }}",
+		"{{- range $.Values.extraArgs }}",
 		"- {{ . | quote }}",
 		"{{- end }}",
 	)
@@ -135,6 +141,38 @@ func templateEnvFrom(c map[string]any, secret string) (blockFunc, error) {
 		if strings.Contains(line, "-") {
 			return "", fmt.Errorf("envFrom is the first key of its container")
 		}
-		return line + "{{- with .Values.credentialsSecret }}\n" + indentLines(string(data), col) + line + "{{- end }}\n", nil
+		return line + "{{- with $.Values.credentialsSecret }}\n" + indentLines(string(data), col) + line + "{{- end }}\n", nil
 	}, nil
+}
+
+// The manager Deployment is rendered once per shard (.Values.shards), or
+// once as config/ has it: the template ranges over $shards, "" for the one
+// manager, 0..shards-1 otherwise, so its values are read from $.
+const (
+	ifSharded = `{{- if ne (toString $shard) "" }}`
+	// shardLabelSentinel is a key put in each of the Deployment's label
+	// maps, where the shard's label goes.
+	shardLabelSentinel = "@@shardLabel@@"
+)
+
+// perShard renders the Deployment's template for each shard.
+func perShard(t string) string {
+	return "{{- $shards := list \"\" }}\n" +
+		"{{- if .Values.shards }}{{ $shards = until (int .Values.shards) }}{{ end }}\n" +
+		"{{- range $shard := $shards }}\n---\n" + t + "{{- end }}\n"
+}
+
+// templateShard names the Deployment after its shard and gives it, its
+// selector and its pods the shard's label: each shard's Deployment
+// selects its own pods.
+func templateShard(o object) error {
+	o["metadata"].(map[string]any)["name"] = inlineSentinel("managerName")
+	for _, path := range [][]string{{"metadata", "labels"}, {"spec", "selector", "matchLabels"}, {"spec", "template", "metadata", "labels"}} {
+		labels, ok := field(o, path...).(map[string]any)
+		if !ok {
+			return fmt.Errorf("the manager Deployment has no %s", strings.Join(path, "."))
+		}
+		labels[shardLabelSentinel] = shardLabelSentinel
+	}
+	return nil
 }

@@ -81,7 +81,11 @@ type harness struct {
 
 	manager, panicker         *process
 	managerAddr, panickerAddr string
-	prom                      *promServer
+	// shardManager is a manager of one shard, shardName, whose Sessions
+	// are none (shard_test.go).
+	shardManager *process
+	shardAddr    string
+	prom         *promServer
 	// job is the scrape job of docs/observability.md's scrape config.
 	job string
 	// started is when the manager started: the dashboard's time range.
@@ -159,7 +163,8 @@ func TestAlertsFireInPrometheus(t *testing.T) {
 	}
 	h.startManager(t)
 	h.startPanickingController(t)
-	scrape, job := docScrapeConfig(t, []string{h.managerAddr, h.panickerAddr}, tokenFile)
+	h.startShardManager(t)
+	scrape, job := docScrapeConfig(t, []string{h.managerAddr, h.panickerAddr, h.shardAddr}, tokenFile)
 	h.job = job
 	h.prom = startPrometheus(t, h.dir, scrape, ruleFile)
 	h.waitScraped(t)
@@ -357,6 +362,12 @@ func (h *harness) cases() []alertCase {
 				}
 			},
 			within: 3 * time.Minute,
+		},
+		{
+			// See shard_test.go: the manager of a shard stops while the
+			// unsharded manager runs on.
+			alert: "TurnlogShardAbsent", labels: map[string]string{"shard": shardName},
+			trigger: h.stopShardManager, within: 2 * time.Minute,
 		},
 		{
 			// A deleted Session with retention Delete whose store refuses

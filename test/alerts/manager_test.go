@@ -68,14 +68,15 @@ func (h *harness) startPanickingController(t *testing.T) {
 		[]string{panickingControllerEnv + "=" + h.panickerAddr, "KUBECONFIG=" + h.cluster.kubeconfig}, self)
 }
 
-// waitScraped waits until Prometheus scrapes the manager and the panicking
-// controller successfully: the doc's scrape config, the token and the
-// reader binding work.
+// waitScraped waits until Prometheus scrapes the manager, the panicking
+// controller and the shard's manager successfully: the doc's scrape
+// config, the token and the reader binding work.
 func (h *harness) waitScraped(t *testing.T) {
 	t.Helper()
-	eventually(t, 3*time.Minute, "Prometheus scrapes the manager and the panicking controller", func() (bool, string) {
+	eventually(t, 3*time.Minute, "Prometheus scrapes the manager, the panicking controller and the shard's manager", func() (bool, string) {
 		h.manager.failIfExited(t)
 		h.panicker.failIfExited(t)
+		h.shardManager.failIfExited(t)
 		var data struct {
 			ActiveTargets []struct {
 				Labels    map[string]string `json:"labels"`
@@ -94,7 +95,7 @@ func (h *harness) waitScraped(t *testing.T) {
 			}
 			states = append(states, fmt.Sprintf("%s %s %s", target.Labels["instance"], target.Health, target.LastError))
 		}
-		return up == 2 && len(data.ActiveTargets) == 2, "targets: " + strings.Join(states, "; ")
+		return up == 3 && len(data.ActiveTargets) == 3, "targets: " + strings.Join(states, "; ")
 	})
 }
 
