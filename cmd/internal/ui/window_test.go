@@ -5,11 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -39,6 +42,7 @@ type storedSession struct {
 	log     *agenthost.Log
 	workers derived.Log
 	count   *storetest.Counting
+	reads   *readKeys
 	turns   [][]agenthost.Event // the events not written yet, a turn at a time
 	next    int64
 }
@@ -55,7 +59,8 @@ func newStoredSession(t testing.TB, events []agenthost.Event) *storedSession {
 	if err != nil {
 		t.Fatal(err)
 	}
-	count := storetest.NewCounting(b)
+	reads := &readKeys{Bucket: b}
+	count := storetest.NewCounting(reads)
 	st := agenthost.StoreOnBucket(count, nil)
 	t.Cleanup(func() { st.Close() })
 	tcp, _ := net.ResolveTCPAddr("tcp", addr)
@@ -71,7 +76,7 @@ func newStoredSession(t testing.TB, events []agenthost.Event) *storedSession {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &storedSession{t: t, srv: srv, session: session, log: log, workers: derived.StoreLog{Log: raw}, count: count}
+	s := &storedSession{t: t, srv: srv, session: session, log: log, workers: derived.StoreLog{Log: raw}, count: count, reads: reads}
 	var turn []agenthost.Event
 	for _, e := range events {
 		turn = append(turn, e)
@@ -84,6 +89,35 @@ func newStoredSession(t testing.TB, events []agenthost.Event) *storedSession {
 		s.turns = append(s.turns, turn)
 	}
 	return s
+}
+
+// readKeys records the keys of the objects read.
+type readKeys struct {
+	store.Bucket
+	mu   sync.Mutex
+	keys []string
+}
+
+func (r *readKeys) NewRangeReader(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
+	r.mu.Lock()
+	r.keys = append(r.keys, key)
+	r.mu.Unlock()
+	return r.Bucket.NewRangeReader(ctx, key, offset, length)
+}
+
+// segments returns how many segments were read since it was last
+// called.
+func (r *readKeys) segments() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, k := range r.keys {
+		if strings.Contains(k, "/log/") {
+			n++
+		}
+	}
+	r.keys = nil
+	return n
 }
 
 // write appends the next n turns (all that are left for n < 0).
