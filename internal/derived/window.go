@@ -100,7 +100,7 @@ func (w *TranscriptWindow) EarlierHint() TranscriptHint {
 func (w *TranscriptWindow) LaterHint(seq int64) TranscriptHint {
 	i := sort.Search(len(w.anchors), func(i int) bool { return w.anchors[i].seq >= seq })
 	if i > 0 {
-		return TranscriptHint{Epoch: w.Epoch, Lo: w.anchors[i-1].index, Hi: -1}
+		return TranscriptHint{Epoch: w.Epoch, Lo: w.anchors[i-1].index + 1, Hi: -1}
 	}
 	return TranscriptHint{Epoch: w.Epoch, Lo: w.lo, Hi: -1}
 }
