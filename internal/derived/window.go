@@ -177,6 +177,9 @@ func loadTranscriptWindow(ctx context.Context, log Log, target turnlog.Adapter, 
 	}
 	tookFirst := false // the messages at index 0 on were looked at
 	for i := last; i >= 0; i-- {
+		if r := state.Parts[i]; r.Start+r.Count <= lo {
+			break // it and those before it end below the hint
+		}
 		done, err := w.scanPart(ctx, log, dir, state.Parts[i], lo, hi, inRange, true)
 		if err != nil {
 			return TranscriptWindow{}, err

@@ -61,8 +61,9 @@ func (s *storedSession) storedBytes() int64 {
 }
 
 // A window of a long Session written a turn at a time, as a host writes
-// it, reads the segments of its turns and no other, and a live update
-// reads the new turn's segment alone.
+// it, reads the segments of its turns and no other; a live update reads
+// the new turn's segment, and the new transcript part once the turn is
+// replayed, and no other part.
 func TestWindowReadsOnlyItsTurns(t *testing.T) {
 	s := longSession(t, 300)
 	for len(s.turns) > 0 {
@@ -72,28 +73,37 @@ func TestWindowReadsOnlyItsTurns(t *testing.T) {
 		}
 	}
 	stored := s.storedBytes()
-	s.resetCounts()
-	last := s.window(url.Values{"limit": {"5"}})
+	read := func(what string, query url.Values, wantSegments, wantParts int, share int64) conversation {
+		t.Helper()
+		s.resetCounts()
+		c := s.window(query)
+		segments, parts := s.reads.segments()
+		if bytes := s.count.Counts().BytesRead; segments != wantSegments || parts > wantParts || bytes*share > stored {
+			t.Errorf("%s read %d segments, %d transcript parts and %d of the %d bytes stored; want %d segments, at most %d parts and 1/%d of the bytes",
+				what, segments, parts, bytes, stored, wantSegments, wantParts, share)
+		}
+		return c
+	}
+	last := read("the last 5 turns", url.Values{"limit": {"5"}}, 5, 2, 10)
 	if n := len(last.Turns); n != 5 {
 		t.Fatalf("the last window has %d turns, want 5", n)
 	}
-	if segments, read := s.reads.segments(), s.count.Counts().BytesRead; segments != 5 || read*10 > stored {
-		t.Errorf("the last 5 turns read %d segments and %d of the %d bytes stored; want 5 segments, a tenth at most", segments, read, stored)
-	}
-	s.resetCounts()
-	earlier := s.window(url.Values{"limit": {"5"}, "before": {last.Earlier}})
-	if segments, read := s.reads.segments(), s.count.Counts().BytesRead; segments != 5 || read*10 > stored || len(earlier.Turns) != 5 || earlier.To+1 != last.From {
-		t.Errorf("the 5 turns before: %d turns to seq %d (want to %d), %d segments and %d bytes read", len(earlier.Turns), earlier.To, last.From-1, segments, read)
+	earlier := read("the 5 turns before", url.Values{"limit": {"5"}, "before": {last.Earlier}}, 5, 2, 10)
+	if len(earlier.Turns) != 5 || earlier.To+1 != last.From {
+		t.Errorf("the 5 turns before: %d turns to seq %d, want 5 to %d", len(earlier.Turns), earlier.To, last.From-1)
 	}
 
-	s.appendLive(301)
-	s.resetCounts()
-	update := s.window(url.Values{"from": {last.Refresh}})
-	if segments, read := s.reads.segments(), s.count.Counts().BytesRead; segments != 1 || read*100 > stored {
-		t.Errorf("a live update read %d segments and %d of the %d bytes stored, want the new turn's segment alone and a hundredth at most", segments, read, stored)
+	// A turn appended, not replayed yet: its segment, and no part.
+	s.turns = append(s.turns, nextTurn(301))
+	s.write(1)
+	appended := read("a live update before replay", url.Values{"from": {last.Refresh}}, 1, 0, 100)
+	s.replay()
+	update := read("a live update after replay", url.Values{"from": {appended.Refresh}}, 1, 1, 100)
+	if len(update.Turns) != 1 || update.Turns[0].Turn != 301 || len(update.Turns[0].Entries) != 2 {
+		t.Errorf("a live update brought %+v, want turn 301 alone, its question and answer", update.Turns)
 	}
-	if len(update.Turns) != 1 || update.Turns[0].Turn != 301 {
-		t.Errorf("a live update brought %+v, want turn 301 alone", update.Turns)
+	if idle := read("an update with nothing new", url.Values{"from": {update.Refresh}}, 1, 0, 100); len(idle.Turns) != 0 {
+		t.Errorf("an update with nothing new brought %+v", idle.Turns)
 	}
 }
 

@@ -105,19 +105,21 @@ func (r *readKeys) NewRangeReader(ctx context.Context, key string, offset, lengt
 	return r.Bucket.NewRangeReader(ctx, key, offset, length)
 }
 
-// segments returns how many segments were read since it was last
-// called.
-func (r *readKeys) segments() int {
+// segments returns how many segments and transcript parts were read
+// since it was last called.
+func (r *readKeys) segments() (segments, parts int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	n := 0
 	for _, k := range r.keys {
-		if strings.Contains(k, "/log/") {
-			n++
+		switch {
+		case strings.Contains(k, "/log/"):
+			segments++
+		case strings.Contains(k, "/derived/transcript/") && !strings.HasSuffix(k, "/checkpoint.json"):
+			parts++
 		}
 	}
 	r.keys = nil
-	return n
+	return segments, parts
 }
 
 // write appends the next n turns (all that are left for n < 0).
