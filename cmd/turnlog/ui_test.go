@@ -538,29 +538,14 @@ func TestUILongSession(t *testing.T) {
 	t.Logf("after: %s; RSS %.0f MiB before the load", after, idle)
 
 	// The last turns, in order, end with the Session's last.
-	shown := func() []int {
-		return evaluate[[]int](t, page, "read the turns shown", `[...document.querySelectorAll("#turns section.turn")].map((s) => Number(s.dataset.turn))`)
-	}
-	wantTurns := func(what string, got []int, from, to int) {
-		t.Helper()
-		want := make([]int, 0, to-from+1)
-		for n := from; n <= to; n++ {
-			want = append(want, n)
-		}
-		if !slices.Equal(got, want) {
-			t.Fatalf("%s: turns %v, want %d to %d", what, got, from, to)
-		}
-	}
-	wantTurns("the last turns", shown(), turns-49, turns)
+	wantTurns(t, page, "the last turns", turns-49, turns)
 
 	// Scrolled to the top, the page loads the 50 turns before, once.
 	browse(t, page, "scroll to the top", chromedp.Func(func(ctx context.Context, tab *chromedp.Target) error {
 		_, err := chromedp.Evaluate[chromedp.Void](`window.scrollTo(0, 0)`)(ctx, tab)
 		return err
 	}), poll(`document.querySelectorAll("#turns section.turn").length >= 100`))
-	wantTurns("after scrolling to the top", shown(), turns-99, turns)
-	earlier := evaluate[float64](t, page, "read the earlier window's answer", `performance.getEntriesByType("resource")
-		.filter((r) => r.name.includes("/turns?") && r.name.includes("before=")).reduce((n, r) => n + r.encodedBodySize, 0) / 1024`)
+	wantTurns(t, page, "after scrolling to the top", turns-99, turns)
 
 	// A turn appended live is added alone: the turns shown stay as they
 	// are, the new one after them.
@@ -568,32 +553,55 @@ func TestUILongSession(t *testing.T) {
 		_, err := chromedp.Evaluate[chromedp.Void](`window.__kept = [...document.querySelectorAll("#turns section.turn")]`)(ctx, tab)
 		return err
 	}))
+	next := int64(turns + 1)
+	appendTurn(ctx, t, tl, "long", events, next)
+	browse(t, page, "the live turn", poll(fmt.Sprintf(`document.querySelector('#turns section.turn[data-turn="%d"] li.message.role-assistant') !== null`, next)))
+	wantTurns(t, page, "after a live turn", turns-99, turns+1)
+	if kept := evaluate[bool](t, page, "check the turns shown stayed", `window.__kept.every((s) => s.isConnected)`); !kept {
+		t.Error("the live update drew turns again that it had not changed")
+	}
+	answers := func(query string) float64 {
+		return evaluate[float64](t, page, "read the answers to "+query, fmt.Sprintf(`performance.getEntriesByType("resource")
+			.filter((r) => r.name.includes("/turns?") && r.name.includes(%q)).reduce((n, r) => n + r.encodedBodySize, 0) / 1024`, query))
+	}
+	status := procStatus(t, pid, "status")
+	t.Logf("after: earlier turns' answer %.1f KiB; live updates' answers %.1f KiB; turnlog ui RSS %.0f MiB (peak %.0f MiB)",
+		answers("before="), answers("from="), status["VmRSS"]/1024, status["VmHWM"]/1024)
+}
+
+// wantTurns checks that the page shows the turns from to to, in order.
+func wantTurns(t *testing.T, page context.Context, what string, from, to int) {
+	t.Helper()
+	got := evaluate[[]int](t, page, "read the turns shown", `[...document.querySelectorAll("#turns section.turn")].map((s) => Number(s.dataset.turn))`)
+	want := make([]int, 0, to-from+1)
+	for n := from; n <= to; n++ {
+		want = append(want, n)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("%s: turns %v, want %d to %d", what, got, from, to)
+	}
+}
+
+// appendTurn appends turn turn, a question and a streamed answer, to the
+// log of Session name at seq next, as a host does, and nudges the
+// Session.
+func appendTurn(ctx context.Context, t *testing.T, tl *turnlogtest.Env, name string, next, turn int64) {
+	t.Helper()
 	st, err := agenthost.OpenStore(ctx, tl.StoreURL, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	log, err := st.OpenSession(ctx, tl.Client, "default", "long")
+	log, err := st.OpenSession(ctx, tl.Client, "default", name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	next := int64(turns + 1)
-	if err := log.AppendAt(ctx, events, []agenthost.Event{agenthost.TurnStart(next), agenthost.UserText(next, "One more, live."),
-		agenthost.ResponseStart(next, 0, loggen.Adapter), agenthost.TextDelta(next, 0, 0, "Answered live."),
-		agenthost.ResponseFinish(next, 0, agenthost.StopReasonStop, nil, nil), agenthost.TurnEnd(next, agenthost.StopReasonStop)}); err != nil {
+	if err := log.AppendAt(ctx, next, []agenthost.Event{agenthost.TurnStart(turn), agenthost.UserText(turn, "One more, live."),
+		agenthost.ResponseStart(turn, 0, loggen.Adapter), agenthost.TextDelta(turn, 0, 0, "Answered live."),
+		agenthost.ResponseFinish(turn, 0, agenthost.StopReasonStop, nil, nil), agenthost.TurnEnd(turn, agenthost.StopReasonStop)}); err != nil {
 		t.Fatal(err)
 	}
 	if err := log.Nudge(ctx); err != nil {
 		t.Fatal(err)
 	}
-	browse(t, page, "the live turn", poll(fmt.Sprintf(`document.querySelector('#turns section.turn[data-turn="%d"] li.message.role-assistant') !== null`, next)))
-	wantTurns("after a live turn", shown(), turns-99, turns+1)
-	if kept := evaluate[bool](t, page, "check the turns shown stayed", `window.__kept.every((s) => s.isConnected)`); !kept {
-		t.Error("the live update drew turns again that it had not changed")
-	}
-	update := evaluate[float64](t, page, "read the live update's answers", `performance.getEntriesByType("resource")
-		.filter((r) => r.name.includes("/turns?") && r.name.includes("from=")).reduce((n, r) => n + r.encodedBodySize, 0) / 1024`)
-	status := procStatus(t, pid, "status")
-	t.Logf("after: earlier turns' answer %.1f KiB; live updates' answers %.1f KiB; turnlog ui RSS %.0f MiB (peak %.0f MiB)",
-		earlier, update, status["VmRSS"]/1024, status["VmHWM"]/1024)
 }
