@@ -19,6 +19,7 @@ import (
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/cmd/internal/cmdkit"
 	"github.com/turnlog/turnlog/internal/replay"
+	"github.com/turnlog/turnlog/internal/turnlog"
 )
 
 // A Session of thousands of turns is shown a window of turns at a time:
@@ -180,7 +181,7 @@ func readWindow(ctx context.Context, log *agenthost.Log, req windowRequest) (*ra
 			if err != nil {
 				return nil, false, err
 			}
-			if e.Type == "turn/start" {
+			if e.Type == turnlog.TypeTurnStart {
 				if starts++; starts > maxUpdateTurns {
 					return readLastTurns(ctx, log, math.MaxInt64, req.limit, true)
 				}
