@@ -10,10 +10,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/heapprofiler"
+	cdppage "github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/performance"
 	"github.com/chromedp/chromedp"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -268,7 +273,15 @@ func waitSession(ctx context.Context, t *testing.T, kube client.Client, name str
 // and store, as a user would, and returns the URL it prints.
 func startUI(ctx context.Context, t *testing.T, tl *turnlogtest.Env) string {
 	t.Helper()
-	cmd := exec.CommandContext(ctx, turnlogBin, "ui", "--port", "0", "--kubeconfig", tl.Kubeconfig, "-n", "default", "--store-url", tl.StoreURL)
+	url, _ := startUIBinary(ctx, t, tl, turnlogBin)
+	return url
+}
+
+// startUIBinary runs `ui` of the turnlog binary bin, as startUI does, and
+// returns the URL it prints and its process id.
+func startUIBinary(ctx context.Context, t *testing.T, tl *turnlogtest.Env, bin string) (string, int) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, bin, "ui", "--port", "0", "--kubeconfig", tl.Kubeconfig, "-n", "default", "--store-url", tl.StoreURL)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -289,7 +302,7 @@ func startUI(ctx context.Context, t *testing.T, tl *turnlogtest.Env) string {
 	if len(fields) < 3 || !strings.HasPrefix(fields[2], "http://127.0.0.1:") {
 		t.Fatalf("turnlog ui printed %q, want its URL on 127.0.0.1", line)
 	}
-	return fields[2]
+	return fields[2], cmd.Process.Pid
 }
 
 // browse runs browser actions, failing the test with what was being done.
@@ -371,5 +384,224 @@ func screenshots(t *testing.T) func(name string) chromedp.Action[chromedp.Void] 
 			t.Logf("screenshot %s", filepath.Join(path, name))
 			return os.WriteFile(filepath.Join(path, name), png, 0o644)
 		})
+	}
+}
+
+// lastTurnShown is put in the page before its scripts run: it records, as
+// window.__lastTurnShownAt, the time since the navigation began at which
+// the Session's last turn was first drawn (the frame after it entered the
+// DOM), whichever page draws it.
+const lastTurnShown = `(() => {
+	const selector = %q;
+	const seen = () => {
+		if (!document.querySelector(selector)) return false;
+		requestAnimationFrame(() => setTimeout(() => { window.__lastTurnShownAt = performance.now(); }, 0));
+		return true;
+	};
+	document.addEventListener("DOMContentLoaded", () => {
+		if (seen()) return;
+		const watch = new MutationObserver(() => { if (seen()) watch.disconnect(); });
+		watch.observe(document.body, { childList: true, subtree: true });
+	});
+})()`
+
+// longPage is what TestUILongSession measures of one `turnlog ui`.
+type longPage struct {
+	FirstPaint time.Duration
+	Nodes      float64 // the DOM's nodes (Performance.getMetrics)
+	HeapMiB    float64 // the JS heap used, after a garbage collection
+	AnswerKiB  float64 // the API's answers for the load
+	RSSMiB     float64 // turnlog ui's resident set after the load
+	PeakMiB    float64 // and its peak since it started
+	ReadMiB    float64 // what turnlog ui read (rchar: the store's files, the API server's answers)
+}
+
+func (p longPage) String() string {
+	return fmt.Sprintf("last turn shown after %.1f s, %.0f DOM nodes, JS heap %.1f MiB; API answers %.1f KiB; turnlog ui read %.1f MiB, RSS %.0f MiB (peak %.0f MiB)",
+		p.FirstPaint.Seconds(), p.Nodes, p.HeapMiB, p.AnswerKiB, p.ReadMiB, p.RSSMiB, p.PeakMiB)
+}
+
+// procStatus reads a /proc/PID file's "Key: value" lines.
+func procStatus(t *testing.T, pid int, file string) map[string]float64 {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for line := range strings.Lines(string(data)) {
+		k, v, ok := strings.Cut(line, ":")
+		if f := strings.Fields(v); ok && len(f) > 0 {
+			out[k], _ = strconv.ParseFloat(f[0], 64)
+		}
+	}
+	return out
+}
+
+// openLong starts a browser of its own on the long Session's page of the
+// `turnlog ui` at url (process pid), waits for its last turn and measures
+// the load.
+func openLong(ctx context.Context, t *testing.T, browser, url string, pid int, lastTurn int) (context.Context, longPage) {
+	t.Helper()
+	alloc, cancelAlloc := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1280, 900))...)
+	t.Cleanup(cancelAlloc)
+	page, cancelPage := chromedp.NewContext(alloc)
+	t.Cleanup(cancelPage)
+	if err := chromedp.Do(page); err != nil {
+		t.Fatalf("start %s: %v", browser, err)
+	}
+	readBefore := procStatus(t, pid, "io")["rchar"]
+	script := fmt.Sprintf(lastTurnShown, fmt.Sprintf(`section.turn[data-turn="%d"]`, lastTurn))
+	browse(t, page, "open the long Session",
+		chromedp.Func(func(ctx context.Context, tab *chromedp.Target) error {
+			if _, err := cdp.Call(ctx, tab, cdppage.AddScriptToEvaluateOnNewDocument, cdppage.AddScriptToEvaluateOnNewDocumentParams{Source: script}); err != nil {
+				return err
+			}
+			_, err := cdp.Call(ctx, tab, performance.Enable, performance.EnableParams{})
+			return err
+		}),
+		chromedp.Navigate(strings.TrimSuffix(url, "/")+"/s/default/long"),
+		poll(`window.__lastTurnShownAt !== undefined`))
+	var p longPage
+	p.FirstPaint = time.Duration(evaluate[float64](t, page, "read the first paint", `window.__lastTurnShownAt`) * float64(time.Millisecond))
+	p.AnswerKiB = evaluate[float64](t, page, "read the API's answers", `performance.getEntriesByType("resource")
+		.filter((r) => r.name.includes("/api/sessions/default/long")).reduce((n, r) => n + r.encodedBodySize, 0) / 1024`)
+	browse(t, page, "collect the page's garbage", chromedp.Func(func(ctx context.Context, tab *chromedp.Target) error {
+		_, err := cdp.Call(ctx, tab, heapprofiler.CollectGarbage, cdp.Empty{})
+		return err
+	}))
+	got, err := chromedp.Run(page, func(ctx context.Context, tab *chromedp.Target) (performance.GetMetricsResult, error) {
+		return cdp.Call(ctx, tab, performance.GetMetrics, cdp.Empty{})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range got.Metrics {
+		switch m.Name {
+		case "Nodes":
+			p.Nodes = m.Value
+		case "JSHeapUsedSize":
+			p.HeapMiB = m.Value / (1 << 20)
+		}
+	}
+	status := procStatus(t, pid, "status")
+	p.RSSMiB, p.PeakMiB = status["VmRSS"]/1024, status["VmHWM"]/1024
+	p.ReadMiB = (procStatus(t, pid, "io")["rchar"] - readBefore) / (1 << 20)
+	return page, p
+}
+
+// TestUILongSession imports a 10,000-turn pi session with `turnlog
+// import --format pi-session` and opens it in `turnlog ui`: the last turns
+// are shown, scrolling to the top loads the turns before them, and a turn
+// appended live is added alone. It measures the load (the first paint of
+// the last turn, the DOM's nodes, the JS heap, the API's answers,
+// turnlog ui's memory), and, with UI_BASELINE_BIN, the same load of
+// another build of turnlog (the one before windows) in the same run; see
+// docs/benchmarks.md. Minutes long, it runs only with UI_LONG=1
+// (UI_LONG_TURNS changes the number of turns).
+func TestUILongSession(t *testing.T) {
+	if os.Getenv("UI_LONG") == "" {
+		t.Skip("UI_LONG=1 runs it (a 10,000-turn Session, minutes)")
+	}
+	browser := findChromium(t)
+	controlplane.SkipIfMissing(t)
+	turns := 10000
+	if n, err := strconv.Atoi(os.Getenv("UI_LONG_TURNS")); err == nil && n > 100 {
+		turns = n
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	tl := turnlogtest.Start(t, turnlogtest.WithControlPlane(controlplane.Assets()), turnlogtest.WithNamespaces("default"),
+		turnlogtest.WithPollInterval(200*time.Millisecond))
+	file := filepath.Join(t.TempDir(), "long.jsonl")
+	if err := os.WriteFile(file, loggen.LongPiSession(turns), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	started := time.Now()
+	out := runOK(t, "", "import", "--format", "pi-session", "--session", "long", "--kubeconfig", tl.Kubeconfig, "-n", "default", "--store-url", tl.StoreURL, file)
+	var events int64
+	if _, err := fmt.Sscanf(out, "session/long: imported %d events", &events); err != nil {
+		t.Fatalf("turnlog import printed %q", out)
+	}
+	waitSession(ctx, t, tl.Client, "long", events-1)
+	t.Logf("%d turns (%d events) imported and replayed in %s", turns, events, time.Since(started).Round(time.Second))
+
+	if base := os.Getenv("UI_BASELINE_BIN"); base != "" {
+		url, pid := startUIBinary(ctx, t, tl, base)
+		_, before := openLong(ctx, t, browser, url, pid, turns)
+		t.Logf("before (%s): %s", base, before)
+	}
+	url, pid := startUIBinary(ctx, t, tl, turnlogBin)
+	idle := procStatus(t, pid, "status")["VmRSS"] / 1024
+	page, after := openLong(ctx, t, browser, url, pid, turns)
+	t.Logf("after: %s; RSS %.0f MiB before the load", after, idle)
+
+	// The last turns, in order, end with the Session's last.
+	wantTurns(t, page, "the last turns", turns-49, turns)
+
+	// Scrolled to the top, the page loads the 50 turns before, once.
+	browse(t, page, "scroll to the top", chromedp.Func(func(ctx context.Context, tab *chromedp.Target) error {
+		_, err := chromedp.Evaluate[chromedp.Void](`window.scrollTo(0, 0)`)(ctx, tab)
+		return err
+	}), poll(`document.querySelectorAll("#turns section.turn").length >= 100`))
+	wantTurns(t, page, "after scrolling to the top", turns-99, turns)
+
+	// A turn appended live is added alone: the turns shown stay as they
+	// are, the new one after them.
+	browse(t, page, "hold the turns shown", chromedp.Func(func(ctx context.Context, tab *chromedp.Target) error {
+		_, err := chromedp.Evaluate[chromedp.Void](`window.__kept = [...document.querySelectorAll("#turns section.turn")]`)(ctx, tab)
+		return err
+	}))
+	next := int64(turns + 1)
+	appendTurn(ctx, t, tl, "long", events, next)
+	browse(t, page, "the live turn", poll(fmt.Sprintf(`document.querySelector('#turns section.turn[data-turn="%d"] li.message.role-assistant') !== null`, next)))
+	wantTurns(t, page, "after a live turn", turns-99, turns+1)
+	if kept := evaluate[bool](t, page, "check the turns shown stayed", `window.__kept.every((s) => s.isConnected)`); !kept {
+		t.Error("the live update drew turns again that it had not changed")
+	}
+	answers := func(query string) float64 {
+		return evaluate[float64](t, page, "read the answers to "+query, fmt.Sprintf(`performance.getEntriesByType("resource")
+			.filter((r) => r.name.includes("/turns?") && r.name.includes(%q)).reduce((n, r) => n + r.encodedBodySize, 0) / 1024`, query))
+	}
+	status := procStatus(t, pid, "status")
+	t.Logf("after: earlier turns' answer %.1f KiB; live updates' answers %.1f KiB; turnlog ui RSS %.0f MiB (peak %.0f MiB)",
+		answers("before="), answers("from="), status["VmRSS"]/1024, status["VmHWM"]/1024)
+}
+
+// wantTurns checks that the page shows the turns from to to, in order.
+func wantTurns(t *testing.T, page context.Context, what string, from, to int) {
+	t.Helper()
+	got := evaluate[[]int](t, page, "read the turns shown", `[...document.querySelectorAll("#turns section.turn")].map((s) => Number(s.dataset.turn))`)
+	want := make([]int, 0, to-from+1)
+	for n := from; n <= to; n++ {
+		want = append(want, n)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("%s: turns %v, want %d to %d", what, got, from, to)
+	}
+}
+
+// appendTurn appends turn turn, a question and a streamed answer, to the
+// log of Session name at seq next, as a host does, and nudges the
+// Session.
+func appendTurn(ctx context.Context, t *testing.T, tl *turnlogtest.Env, name string, next, turn int64) {
+	t.Helper()
+	st, err := agenthost.OpenStore(ctx, tl.StoreURL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	log, err := st.OpenSession(ctx, tl.Client, "default", name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := log.AppendAt(ctx, next, []agenthost.Event{agenthost.TurnStart(turn), agenthost.UserText(turn, "One more, live."),
+		agenthost.ResponseStart(turn, 0, loggen.Adapter), agenthost.TextDelta(turn, 0, 0, "Answered live."),
+		agenthost.ResponseFinish(turn, 0, agenthost.StopReasonStop, nil, nil), agenthost.TurnEnd(turn, agenthost.StopReasonStop)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := log.Nudge(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -12,16 +12,15 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/turnlog/turnlog/agenthost"
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/cmd/internal/cmdkit"
 )
 
-// sessionPage is everything the Session page shows.
+// sessionPage is what the Session page shows beside its conversation,
+// which it reads a window at a time (turns).
 type sessionPage struct {
-	Session      sessionView  `json:"session"`
-	Conversation conversation `json:"conversation"`
-	Events       []eventView  `json:"events"`
+	Session sessionView `json:"session"`
+	Events  []eventView `json:"events"`
 	// EventsError says why the Events could not be listed.
 	EventsError string     `json:"eventsError,omitempty"`
 	Forks       []forkView `json:"forks"`
@@ -36,14 +35,8 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request) {
 		writeError(w, httpStatus(err), fmt.Errorf("Session %s/%s: %w", ns, name, err))
 		return
 	}
-	page := sessionPage{Session: viewSession(session), Events: []eventView{}, Forks: []forkView{}}
-	if events, err := cmdkit.SessionEvents(ctx, s.opts.Kube, ns, name); err != nil {
-		page.EventsError = err.Error()
-	} else {
-		for _, e := range events {
-			page.Events = append(page.Events, viewEvent(e))
-		}
-	}
+	page := sessionPage{Session: viewSession(session), Forks: []forkView{}}
+	page.Events, page.EventsError = s.sessionEvents(ctx, ns, name)
 	forks := &turnlogv1.SessionForkList{}
 	if err := s.opts.Kube.List(ctx, forks, client.InNamespace(ns)); err == nil {
 		for i := range forks.Items {
@@ -59,41 +52,7 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request) {
 		family = list.Items
 	}
 	page.Tree = forkTree(session, family)
-	page.Conversation = s.conversation(ctx, session, page.Events)
 	writeJSON(w, http.StatusOK, page)
-}
-
-// conversation reads the Session's stored transcript and raw log, saying
-// in its Note what it could not read.
-func (s *Server) conversation(ctx context.Context, session *turnlogv1.Session, events []eventView) conversation {
-	c := conversation{ThroughSeq: -1, Turns: []turnView{}}
-	if s.opts.Store == nil {
-		c.Note = "No transcript: start turnlog ui with --store-url (or $TURNLOG_STORE_URL) to read the Session's log."
-		return c
-	}
-	log, err := s.opts.Store.OpenSession(ctx, s.opts.Kube, session.Namespace, session.Name)
-	if err != nil {
-		c.Note = "The Session's log cannot be opened: " + err.Error()
-		return c
-	}
-	tr, err := log.Transcript(ctx)
-	switch {
-	case errors.Is(err, agenthost.ErrNotReplayed):
-		c.Note = "No transcript yet: the workers have not replayed a turn of this Session."
-		tr = agenthost.Transcript{}
-	case err != nil:
-		c.Note = "The stored transcript cannot be read: " + err.Error()
-		tr = agenthost.Transcript{}
-	default:
-		c.ThroughSeq = tr.ThroughSeq
-	}
-	raw, err := readRawLog(ctx, log)
-	if err != nil {
-		c.Note = "The Session's log cannot be read: " + err.Error()
-		raw = nil
-	}
-	c.Turns = buildConversation(tr, raw, degradedMessages(session, tr, events))
-	return c
 }
 
 // forkRequest is the body of a fork action.

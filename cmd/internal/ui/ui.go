@@ -126,6 +126,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /s/{namespace}/{name}", s.index)
 	mux.HandleFunc("GET /api/sessions/watch", s.watchSessions)
 	mux.HandleFunc("GET /api/sessions/{namespace}/{name}", s.session)
+	mux.HandleFunc("GET /api/sessions/{namespace}/{name}/turns", s.turns)
 	mux.HandleFunc("POST /api/sessions/{namespace}/{name}/forks", s.createFork)
 	mux.HandleFunc("GET /api/forks/{namespace}/{name}", s.fork)
 	return s.guard(mux)

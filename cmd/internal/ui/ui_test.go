@@ -132,3 +132,32 @@ func TestForkTree(t *testing.T) {
 		t.Errorf("a parent that is gone: %+v", tree)
 	}
 }
+
+// A window asked for with a cursor or a limit that is not one is refused
+// with one line saying which.
+func TestTurnsRefusesBadWindows(t *testing.T) {
+	session := &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "chat"}}
+	s, _ := testServer(t, session)
+	for query, want := range map[string]string{
+		"?before=x":             `before=\"x\": want a seq`,
+		"?from=12.0.3":          `from=\"12.0.3\": want a seq`,
+		"?limit=0":              `limit=\"0\": want a whole number of turns from 1 to 500`,
+		"?limit=501":            `from 1 to 500`,
+		"?before=3&from=4":      "before and from: give one of them",
+		"?before=-1":            `before=\"-1\"`,
+		"?from=5.0.-1.ABCDEF00": `want a seq`,
+	} {
+		w := serve(s, http.MethodGet, "/api/sessions/default/chat/turns"+query, addr, "", nil)
+		if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), want) || strings.Count(w.Body.String(), "\n") != 1 {
+			t.Errorf("%s: %d %s, want 400 saying %s", query, w.Code, w.Body, want)
+		}
+	}
+	for _, query := range []string{"", "?limit=3", "?before=12", "?from=12.0.-1.abcdef012345"} {
+		if w := serve(s, http.MethodGet, "/api/sessions/default/chat/turns"+query, addr, "", nil); w.Code != http.StatusOK || !strings.Contains(w.Body.String(), "--store-url") {
+			t.Errorf("%s: %d %s, want the conversation's note that no store was given", query, w.Code, w.Body)
+		}
+	}
+	if w := serve(s, http.MethodGet, "/api/sessions/default/nope/turns", addr, "", nil); w.Code != http.StatusNotFound {
+		t.Errorf("a missing Session's turns: %d %s, want 404", w.Code, w.Body)
+	}
+}

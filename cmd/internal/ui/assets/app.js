@@ -128,40 +128,24 @@ function sessionsPage() {
 // ---- a Session ----
 
 // forkStatus keeps each fork action's status by the position it forks,
-// so that a page redrawn by a live update keeps what the person started.
+// so that an entry drawn again keeps what the person started.
 const forkStatus = new Map();
 
-async function sessionPage(ns, name) {
-  setCrumbs(el("a", { href: "/?namespace=" + encodeURIComponent(ns) }, ns), name);
-  document.title = name + " — turnlog";
-  let last = "";
-  const load = async () => {
-    let res, body;
-    try {
-      res = await fetch("/api/sessions/" + encodeURIComponent(ns) + "/" + encodeURIComponent(name));
-      body = await res.text();
-    } catch (e) {
-      main.replaceChildren(el("p", { class: "error", id: "page-error" }, "turnlog ui cannot be reached: " + e.message));
-      return;
-    }
-    if (!res.ok) {
-      main.replaceChildren(el("p", { class: "error", id: "page-error" }, errorText(body, res)));
-      return;
-    }
-    if (body === last) return;
-    last = body;
-    renderSession(ns, JSON.parse(body));
-  };
-  await load();
-  let timer = null;
-  const reload = () => { clearTimeout(timer); timer = setTimeout(load, 400); };
-  watchSessions(ns, {
-    snapshot: reload,
-    upsert: (s) => {
-      if (s.name === name || (s.forkedFrom && s.forkedFrom.session === name)) reload();
-    },
-    delete: reload,
-  });
+// windowTurns is how many turns the page reads at a time: the last ones
+// first, then as many earlier ones each time it is scrolled to the top.
+const windowTurns = 50;
+
+// getJSON returns an answer of the API, or throws its one-line error.
+async function getJSON(url) {
+  let res, body;
+  try {
+    res = await fetch(url);
+    body = await res.text();
+  } catch (e) {
+    throw new Error("turnlog ui cannot be reached: " + e.message);
+  }
+  if (!res.ok) throw new Error(errorText(body, res));
+  return JSON.parse(body);
 }
 
 function errorText(body, res) {
@@ -172,9 +156,96 @@ function errorText(body, res) {
   return res.status + " " + res.statusText;
 }
 
-function renderSession(ns, page) {
-  const s = page.session;
-  const summary = el("dl", { class: "summary" },
+// statusKey is what of a Session's status says its conversation changed.
+function statusKey(s) {
+  return JSON.stringify([s.head, s.turns, s.throughSeq, s.context, s.degraded, s.refused, s.dropped]);
+}
+
+async function sessionPage(ns, name) {
+  setCrumbs(el("a", { href: "/?namespace=" + encodeURIComponent(ns) }, ns), name);
+  document.title = name + " — turnlog";
+  const api = "/api/sessions/" + encodeURIComponent(ns) + "/" + encodeURIComponent(name);
+  let meta, last;
+  try {
+    [meta, last] = await Promise.all([getJSON(api), getJSON(api + "/turns?limit=" + windowTurns)]);
+  } catch (e) {
+    main.replaceChildren(el("p", { class: "error", id: "page-error" }, e.message));
+    return;
+  }
+  const panels = sessionPanels(ns);
+  const conv = new Conversation(ns, meta.session, api);
+  panels.show(meta);
+  main.replaceChildren(panels.layout(conv.element()));
+  conv.show(last);
+  conv.applyEvents(meta.events);
+  conv.follow();
+  let seen = statusKey(meta.session);
+  let timer = null, conversationChanged = false;
+  const refresh = (changed) => {
+    conversationChanged = conversationChanged || changed;
+    clearTimeout(timer);
+    timer = setTimeout(async () => {
+      const again = conversationChanged;
+      conversationChanged = false;
+      try {
+        meta = await getJSON(api);
+      } catch (e) {
+        panels.error(e.message);
+        return;
+      }
+      panels.show(meta);
+      conv.applyEvents(meta.events);
+      if (again) conv.update();
+    }, 400);
+  };
+  watchSessions(ns, {
+    snapshot: (list) => {
+      const s = list.find((x) => x.name === name);
+      const key = s ? statusKey(s) : "";
+      refresh(key !== seen);
+      seen = key;
+    },
+    upsert: (s) => {
+      if (s.name === name) {
+        const key = statusKey(s);
+        refresh(key !== seen);
+        seen = key;
+      } else if (s.forkedFrom && s.forkedFrom.session === name) {
+        refresh(false);
+      }
+    },
+    delete: () => refresh(false),
+  });
+}
+
+// sessionPanels are the parts of a Session's page around its
+// conversation, drawn again from each answer of the API.
+function sessionPanels(ns) {
+  const summary = el("section", { class: "panel", id: "summary" });
+  const events = el("section", { class: "panel", id: "events" });
+  const tree = el("section", { class: "panel", id: "tree" });
+  const forks = el("section", { class: "panel", id: "forks" });
+  const problem = el("p", { class: "error", id: "page-error", hidden: true });
+  return {
+    layout: (conversation) => el("div", { class: "layout" },
+      el("div", {}, problem, summary, el("section", { id: "conversation" }, el("h3", {}, "Conversation"), conversation), events),
+      el("div", {}, tree, forks)),
+    show: (page) => {
+      problem.hidden = true;
+      summary.replaceChildren(el("h2", {}, page.session.name), renderSummary(ns, page.session));
+      events.replaceChildren(el("h3", {}, "Events"), renderEvents(page));
+      tree.replaceChildren(el("h3", {}, "Fork tree"), el("ul", { class: "tree" }, renderTree(ns, page.tree)));
+      forks.replaceChildren(el("h3", {}, "SessionForks"), renderForks(ns, page.forks));
+    },
+    error: (message) => {
+      problem.hidden = false;
+      problem.textContent = message;
+    },
+  };
+}
+
+function renderSummary(ns, s) {
+  return el("dl", { class: "summary" },
     el("dt", {}, "Ready"), el("dd", { class: "ready-" + s.ready, id: "ready" }, s.ready + (s.reason ? " (" + s.reason + ")" : "")),
     s.message ? [el("dt", {}, "Why"), el("dd", {}, s.message)] : null,
     el("dt", {}, "Head"), el("dd", {}, opt(s.head)),
@@ -187,46 +258,218 @@ function renderSession(ns, page) {
     s.forkedFrom ? [el("dt", {}, "Forked from"),
       el("dd", {}, el("a", { href: sessionHref(ns, s.forkedFrom.session) }, s.forkedFrom.session),
         " at seq " + s.forkedFrom.anchorSeq + ", cut " + s.forkedFrom.cutSeq)] : null);
-  const left = el("div", {},
-    el("section", { class: "panel" }, el("h2", {}, s.name), summary),
-    el("section", { id: "conversation" }, el("h3", {}, "Conversation"), renderConversation(ns, s, page.conversation)),
-    el("section", { class: "panel", id: "events" }, el("h3", {}, "Events"), renderEvents(page)));
-  const right = el("div", {},
-    el("section", { class: "panel", id: "tree" }, el("h3", {}, "Fork tree"), el("ul", { class: "tree" }, renderTree(ns, page.tree))),
-    el("section", { class: "panel", id: "forks" }, el("h3", {}, "SessionForks"), renderForks(ns, page.forks)));
-  const nameInput = document.getElementById("fork-name");
-  const keep = nameInput ? nameInput.value : "";
-  main.replaceChildren(el("div", { class: "layout" }, left, right));
-  document.getElementById("fork-name").value = keep;
 }
 
-function renderConversation(ns, s, c) {
-  const out = [el("p", { class: "muted" },
-    "Fork name ", el("input", { type: "text", id: "fork-name", placeholder: s.name + "-fork-…", "aria-label": "name of the next fork" }),
-    " — empty: the API server picks one. Every message can be forked; a fork's child ends with the message's whole turn.")];
-  if (c.note) out.push(el("p", { class: "muted", id: "conversation-note" }, c.note));
-  for (const t of c.turns) {
+// inView reports whether an element is (partly) in the window.
+function inView(node) {
+  const r = node.getBoundingClientRect();
+  return !node.hidden && r.bottom > 0 && r.top < window.innerHeight;
+}
+
+// Conversation is the page's window on a Session's conversation: a run of
+// turns that grows at the top as the page is scrolled up (?before=) and
+// at the bottom as the log grows (?from=); the API's cursors say where
+// the next window starts. Marks are what the server knows of messages
+// outside a window (a refusal reported later, an Event's words); they are
+// kept until the message is shown.
+class Conversation {
+  constructor(ns, session, api) {
+    this.ns = ns;
+    this.session = session;
+    this.api = api + "/turns";
+    this.turns = el("div", { id: "turns" });
+    this.note = el("p", { class: "muted", id: "conversation-note", hidden: true });
+    this.moreButton = el("button", { type: "button", class: "more", id: "load-earlier" }, "Load earlier turns");
+    this.moreStatus = el("span", { class: "muted", role: "status" });
+    this.more = el("div", { class: "earlier", id: "earlier", hidden: true }, this.moreButton, " ", this.moreStatus);
+    this.moreButton.addEventListener("click", () => this.loadEarlier());
+    this.entries = new Map(); // seq -> [{entry, node}]
+    this.marks = new Map(); // seq -> mark
+    this.earlier = "";
+    this.refresh = "";
+    this.epoch = undefined;
+    this.loading = false;
+    this.updating = false;
+  }
+
+  element() {
+    return [
+      el("p", { class: "muted" },
+        "Fork name ", el("input", { type: "text", id: "fork-name", placeholder: this.session.name + "-fork-…", "aria-label": "name of the next fork" }),
+        " — empty: the API server picks one. Every message can be forked; a fork's child ends with the message's whole turn."),
+      this.note, this.more, this.turns];
+  }
+
+  // show replaces the conversation with the window c (the last turns),
+  // scrolled to its end when there are turns before it.
+  show(c) {
+    this.turns.replaceChildren();
+    this.entries.clear();
+    this.marks.clear();
+    this.take(c);
+    this.setEarlier(c.earlier);
+    this.turns.append(...c.turns.map((t) => this.renderTurn(t)));
+    if (this.earlier && this.turns.lastElementChild) this.turns.lastElementChild.scrollIntoView({ block: "end" });
+  }
+
+  // follow loads earlier turns whenever the top of the conversation comes
+  // into view.
+  follow() {
+    new IntersectionObserver((seen) => {
+      if (seen.some((e) => e.isIntersecting)) this.loadEarlier();
+    }).observe(this.more);
+  }
+
+  take(c) {
+    this.epoch = c.epoch;
+    if (c.refresh) this.refresh = c.refresh;
+    this.note.hidden = !c.note;
+    this.note.textContent = c.note || "";
+    for (const m of c.marks || []) {
+      this.marks.set(m.seq, m);
+      this.applyMark(m.seq);
+    }
+  }
+
+  setEarlier(cursor) {
+    this.earlier = cursor || "";
+    this.more.hidden = !this.earlier;
+  }
+
+  async loadEarlier() {
+    if (this.loading || !this.earlier) return;
+    this.loading = true;
+    this.moreButton.disabled = true;
+    this.moreStatus.textContent = "loading earlier turns…";
+    let c;
+    try {
+      c = await getJSON(this.api + "?limit=" + windowTurns + "&before=" + encodeURIComponent(this.earlier));
+    } catch (e) {
+      this.moreStatus.textContent = e.message;
+      return;
+    } finally {
+      this.loading = false;
+      this.moreButton.disabled = false;
+    }
+    this.moreStatus.textContent = "";
+    if (c.epoch !== this.epoch) {
+      // The stored transcript was rewritten (a compaction): start over.
+      await this.reload();
+      return;
+    }
+    const anchor = this.turns.firstElementChild;
+    const top = anchor ? anchor.getBoundingClientRect().top : 0;
+    this.take(c);
+    this.setEarlier(c.earlier);
+    this.turns.prepend(...c.turns.map((t) => this.renderTurn(t)));
+    // What was at the top stays where it was on the screen.
+    if (anchor) window.scrollBy(0, anchor.getBoundingClientRect().top - top);
+    if (inView(this.more)) this.loadEarlier();
+  }
+
+  async reload() {
+    try {
+      this.show(await getJSON(this.api + "?limit=" + windowTurns));
+    } catch (e) {
+      this.note.hidden = false;
+      this.note.textContent = e.message;
+    }
+  }
+
+  // update brings the turns that can have changed since the last window
+  // (from its refresh cursor on): the log's new turns, messages replayed
+  // since. An update asked for while one runs runs after it.
+  async update() {
+    if (this.updating) {
+      this.again = true;
+      return;
+    }
+    this.updating = true;
+    try {
+      do {
+        this.again = false;
+        if (!this.refresh) {
+          await this.reload();
+          continue;
+        }
+        const c = await getJSON(this.api + "?from=" + encodeURIComponent(this.refresh));
+        if (c.reset || c.epoch !== this.epoch) {
+          await this.reload();
+          continue;
+        }
+        const last = this.turns.lastElementChild;
+        const atEnd = !last || last.getBoundingClientRect().bottom <= window.innerHeight + 40;
+        for (const section of [...this.turns.children]) {
+          if (Number(section.dataset.start) >= c.from) section.remove();
+        }
+        this.take(c);
+        this.turns.append(...c.turns.map((t) => this.renderTurn(t)));
+        if (atEnd && this.earlier && this.turns.lastElementChild) this.turns.lastElementChild.scrollIntoView({ block: "end" });
+      } while (this.again);
+    } catch (e) {
+      this.note.hidden = false;
+      this.note.textContent = e.message;
+    } finally {
+      this.updating = false;
+    }
+  }
+
+  renderTurn(t) {
     const head = t.turn === 0 ? "between turns"
       : "turn " + t.turn + (t.cutSeq >= 0 ? " — ended " + t.reason + ", turn/end at seq " + t.cutSeq : " — streaming");
-    const section = el("section", { class: "turn", "data-turn": t.turn }, el("h4", {}, head));
+    const section = el("section", { class: "turn", "data-turn": t.turn, "data-start": t.start }, el("h4", {}, head));
     let list = null;
     for (const e of t.entries) {
       if (e.kind === "frozen") {
         // Frozen partial text is never part of the transcript: it sits
         // between the transcript's lists, greyed.
         list = null;
-        section.append(renderFrozen(ns, s, e));
+        section.append(renderFrozen(this.ns, this.session, e));
         continue;
       }
       if (!list) {
         list = el("ol", { class: "transcript" });
         section.append(list);
       }
-      list.append(renderMessage(ns, s, e));
+      const item = { entry: e, node: renderMessage(this.ns, this.session, this.marked(e)) };
+      this.entries.set(e.seq, (this.entries.get(e.seq) || []).filter((x) => x.node.isConnected).concat(item));
+      list.append(item.node);
     }
-    out.push(section);
+    return section;
   }
-  return out;
+
+  // marked is a message with what the marks know of it and it does not.
+  marked(e) {
+    const m = this.marks.get(e.seq);
+    if (!m) return e;
+    const out = Object.assign({}, e);
+    if (m.degraded) out.degraded = Object.assign({}, e.degraded || {}, m.degraded);
+    if (m.refused && !e.refused && e.role === "assistant" && !e.synthetic) out.refused = m.refused;
+    return out;
+  }
+
+  applyMark(seq) {
+    for (const item of this.entries.get(seq) || []) {
+      if (!item.node.isConnected) continue;
+      const node = renderMessage(this.ns, this.session, this.marked(item.entry));
+      item.node.replaceWith(node);
+      item.node = node;
+    }
+  }
+
+  // applyEvents puts the words of each ReplayDegraded Event on its
+  // degraded message.
+  applyEvents(events) {
+    for (const ev of events || []) {
+      if (ev.reason !== "ReplayDegraded" || ev.seq < 0) continue;
+      const shown = (this.entries.get(ev.seq) || []).find((x) => x.node.isConnected && this.marked(x.entry).degraded);
+      const m = this.marks.get(ev.seq) || { seq: ev.seq };
+      if (!shown || (m.degraded && m.degraded.event === ev.message)) continue;
+      m.degraded = Object.assign({}, this.marked(shown.entry).degraded, { event: ev.message });
+      this.marks.set(ev.seq, m);
+      this.applyMark(ev.seq);
+    }
+  }
 }
 
 function who(e) {
