@@ -166,7 +166,7 @@ func BenchmarkTranscript(b *testing.B) {
 					for range b.N {
 						var buf bytes.Buffer
 						must(b, l.Export(ctx, &buf))
-						res, err := replay.Transcript(turnlog.NewReader(&buf), replay.Options{Through: replay.Head})
+						res, err := replay.Transcript(turnlog.NewReader(&buf).All(), replay.Options{Through: replay.Head})
 						if err != nil || len(res.Messages) != 2*turns {
 							b.Fatalf("%d messages, %v", len(res.Messages), err)
 						}

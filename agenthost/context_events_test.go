@@ -47,7 +47,7 @@ func TestContextEventBuilders(t *testing.T) {
 		log.Write(line)
 		log.WriteByte('\n')
 	}
-	res, err := replay.Transcript(turnlog.NewReader(&log), replay.Options{Through: replay.Head})
+	res, err := replay.Transcript(turnlog.NewReader(&log).All(), replay.Options{Through: replay.Head})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -297,12 +297,7 @@ func (r *SessionForkReconciler) findCut(ctx context.Context, s *forkScope) (fork
 	if err != nil {
 		return forkcut.Point{}, err
 	}
-	events, err := log.Events(ctx, s.anchor)
-	if err != nil {
-		return forkcut.Point{}, err
-	}
-	defer events.Close()
-	p, err := forkcut.Find(events, s.fork.Spec.AtSeq)
+	p, err := forkcut.Find(log.Events(ctx, s.anchor), s.fork.Spec.AtSeq)
 	if cerr, ok := errors.AsType[*forkcut.CutError](err); ok && errors.Is(err, forkcut.ErrAnchorBeyondHead) {
 		// Nothing was read past the anchor, so Find saw no head: the
 		// message names the log's own.

@@ -26,16 +26,16 @@ func init() {
 	register("validate", "report every structural problem of a log, by line", runValidate)
 }
 
-// withLog opens the log argument and calls f with a structure-checking reader.
-// Errors name the log. Reading stops with ctx's cause when ctx ends (on
-// SIGINT or SIGTERM), even while waiting for input.
-func withLog(ctx context.Context, name string, stdin io.Reader, f func(r *turnlog.Reader) error) error {
+// withLog opens the log argument and calls f with its events, their
+// structure checked. Errors name the log. Reading stops with ctx's cause
+// when ctx ends (on SIGINT or SIGTERM), even while waiting for input.
+func withLog(ctx context.Context, name string, stdin io.Reader, f func(log turnlog.Events) error) error {
 	in, err := openLog(name, stdin)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	if err := f(turnlog.NewReader(interruptible(ctx, in))); err != nil {
+	if err := f(turnlog.NewReader(interruptible(ctx, in)).All()); err != nil {
 		if cause := context.Cause(ctx); cause != nil {
 			return cause
 		}
@@ -51,8 +51,8 @@ func runAssemble(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		return code
 	}
 	var res assembler.Result
-	err := withLog(ctx, name, stdin, func(r *turnlog.Reader) (err error) {
-		res, err = assembler.Assemble(r)
+	err := withLog(ctx, name, stdin, func(log turnlog.Events) (err error) {
+		res, err = assembler.Assemble(log)
 		return err
 	})
 	if err == nil {
@@ -91,14 +91,7 @@ func runReplay(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	if err != nil {
 		return fail(stderr, fs.Name(), fmt.Errorf("%s: %w", logName(name), err))
 	}
-	opts.Reread = func(_ int64, read func(turnlog.Source) error) error {
-		f, err := os.Open(path)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		return read(turnlog.NewReader(f))
-	}
+	opts.Reread = func(int64) turnlog.Events { return fileEvents(path) }
 	in := stdin
 	if name == "-" {
 		f, err := os.Open(path)
@@ -108,8 +101,8 @@ func runReplay(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		defer f.Close()
 		in = f
 	}
-	err = withLog(ctx, name, in, func(r *turnlog.Reader) (err error) {
-		out.Result, err = replay.Transcript(r, opts)
+	err = withLog(ctx, name, in, func(log turnlog.Events) (err error) {
+		out.Result, err = replay.Transcript(log, opts)
 		return err
 	})
 	if err == nil {
@@ -146,8 +139,8 @@ func runForkPoint(ctx context.Context, args []string, stdin io.Reader, stdout, s
 		return code
 	}
 	var p forkcut.Point
-	err := withLog(ctx, name, stdin, func(r *turnlog.Reader) (err error) {
-		p, err = forkcut.Find(r, atSeq)
+	err := withLog(ctx, name, stdin, func(log turnlog.Events) (err error) {
+		p, err = forkcut.Find(log, atSeq)
 		return err
 	})
 	if err == nil {
@@ -178,14 +171,14 @@ func runCut(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		name = spool
 	}
 	var p forkcut.Point
-	err := withLog(ctx, name, nil, func(r *turnlog.Reader) (err error) {
-		p, err = forkcut.Find(r, atSeq)
+	err := withLog(ctx, name, nil, func(log turnlog.Events) (err error) {
+		p, err = forkcut.Find(log, atSeq)
 		return err
 	})
 	if err == nil {
 		out := bufio.NewWriter(stdout)
-		err = withLog(ctx, name, nil, func(r *turnlog.Reader) error {
-			return forkcut.WriteChild(r, turnlog.NewWriter(out), p)
+		err = withLog(ctx, name, nil, func(log turnlog.Events) error {
+			return forkcut.WriteChild(log, turnlog.NewWriter(out), p)
 		})
 		if err == nil {
 			err = out.Flush()
@@ -220,22 +213,19 @@ func runValidate(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		return code
 	}
 	problems, events := 0, 0
-	err := withLog(ctx, name, stdin, func(r *turnlog.Reader) error {
-		for {
-			_, err := r.Next()
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
+	err := withLog(ctx, name, stdin, func(log turnlog.Events) error {
+		for _, err := range log {
 			if _, ok := errors.AsType[*turnlog.LineError](err); ok {
 				problems++
 				fmt.Fprintf(stdout, "%s: %v\n", logName(name), err)
-				continue // the reader resumes at the next line
+				continue // reading goes on at the next line
 			}
 			if err != nil {
 				return err
 			}
 			events++
 		}
+		return nil
 	})
 	if err != nil {
 		return fail(stderr, fs.Name(), err)
@@ -246,6 +236,24 @@ func runValidate(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	}
 	fmt.Fprintf(stdout, "%s: valid, %d events\n", logName(name), events)
 	return 0
+}
+
+// fileEvents reads the log in the file at path again, opening it for the
+// iteration and closing it after.
+func fileEvents(path string) turnlog.Events {
+	return func(yield func(turnlog.Event, error) bool) {
+		f, err := os.Open(path)
+		if err != nil {
+			yield(turnlog.Event{}, err)
+			return
+		}
+		defer f.Close()
+		for e, err := range turnlog.NewReader(f).All() {
+			if !yield(e, err) {
+				return
+			}
+		}
+	}
 }
 
 // rereadable returns a file holding the log argument name: the file itself,

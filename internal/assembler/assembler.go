@@ -18,7 +18,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 	"time"
@@ -120,16 +119,12 @@ func AssembleLog(events []turnlog.Event) Result {
 	return res
 }
 
-// Assemble assembles every response of a log read from src, holding only
-// the open turn's stream in memory.
-func Assemble(src turnlog.Source) (Result, error) {
+// Assemble assembles every response of a log's events, holding only the
+// open turn's stream in memory. It stops at the first error.
+func Assemble(events turnlog.Events) (Result, error) {
 	res := newResult()
 	a := New(turnlog.Adapter{})
-	for {
-		e, err := src.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
+	for e, err := range events {
 		if err != nil {
 			return Result{}, err
 		}

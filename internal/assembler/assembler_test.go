@@ -3,7 +3,6 @@ package assembler_test
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"strings"
 	"testing"
 
@@ -35,18 +34,14 @@ func turnLog(t *testing.T, bodies ...string) []turnlog.Event {
 
 func decodeLog(t *testing.T, log string) []turnlog.Event {
 	t.Helper()
-	r := turnlog.NewReader(strings.NewReader(log))
 	var events []turnlog.Event
-	for {
-		e, err := r.Next()
-		if err == io.EOF {
-			return events
-		}
+	for e, err := range turnlog.NewReader(strings.NewReader(log)).All() {
 		if err != nil {
 			t.Fatalf("test log: %v", err)
 		}
 		events = append(events, e)
 	}
+	return events
 }
 
 func chunk(block int, delta string) string {

@@ -65,8 +65,9 @@ type Log interface {
 	// Head returns the seq of the log's last event, -1 for an empty log,
 	// without reading the whole log.
 	Head(ctx context.Context) (int64, error)
-	// Events reads the events from seq from through the head.
-	Events(ctx context.Context, from int64) (Events, error)
+	// Events yields the events from seq from through the head, decoded
+	// and checked; iteration stops at the first error, which is yielded.
+	Events(ctx context.Context, from int64) turnlog.Events
 	// GetDerived returns a derived object by name, or an error that
 	// errors.Is ErrNotFound. An object larger than limit bytes (limit <= 0:
 	// the implementation's own cap) is an error, read no further: derived
@@ -77,10 +78,4 @@ type Log interface {
 	// DeleteDerived removes a derived object; removing one that is absent
 	// is not an error.
 	DeleteDerived(ctx context.Context, name string) error
-}
-
-// Events is a stream of a log's events that must be closed.
-type Events interface {
-	turnlog.Source
-	Close() error
 }

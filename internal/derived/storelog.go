@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"iter"
 	"math"
 
 	"github.com/turnlog/turnlog/internal/sessionlog"
@@ -29,9 +27,8 @@ func (s StoreLog) Head(ctx context.Context) (int64, error) {
 
 // Events reads the log from seq from, checking its structure on the way:
 // derived data is only ever built from a well-formed log.
-func (s StoreLog) Events(ctx context.Context, from int64) (Events, error) {
-	next, stop := iter.Pull2(s.Log.Read(ctx, from, math.MaxInt64))
-	return &storeEvents{next: next, stop: stop, validator: turnlog.NewValidatorAt(from)}, nil
+func (s StoreLog) Events(ctx context.Context, from int64) turnlog.Events {
+	return s.Log.Events(ctx, from, math.MaxInt64)
 }
 
 // GetDerived returns a derived object of at most limit bytes (at most
@@ -55,33 +52,4 @@ func (s StoreLog) PutDerived(ctx context.Context, name string, data []byte) erro
 // DeleteDerived removes a derived object.
 func (s StoreLog) DeleteDerived(ctx context.Context, name string) error {
 	return s.Log.DeleteDerived(ctx, name)
-}
-
-type storeEvents struct {
-	next      func() (sessionlog.Event, error, bool)
-	stop      func()
-	validator *turnlog.Validator
-}
-
-func (r *storeEvents) Next() (turnlog.Event, error) {
-	raw, err, ok := r.next()
-	if !ok {
-		return turnlog.Event{}, io.EOF
-	}
-	if err != nil {
-		return turnlog.Event{}, err
-	}
-	e, err := turnlog.DecodeEvent(raw.Line)
-	if err != nil {
-		return turnlog.Event{}, fmt.Errorf("seq %d: %w", raw.Seq, err)
-	}
-	if err := r.validator.Check(&e); err != nil {
-		return turnlog.Event{}, err
-	}
-	return e, nil
-}
-
-func (r *storeEvents) Close() error {
-	r.stop()
-	return nil
 }

@@ -12,7 +12,6 @@ package forkcut
 import (
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
 
@@ -121,20 +120,16 @@ func isDigits(s string) bool {
 	return true
 }
 
-// Find reads src, from its first event, up to the cut for atSeq; it never
-// reads past the cut, so a long log costs only the prefix it keeps.
-func Find(src turnlog.Source, atSeq string) (Point, error) {
+// Find reads a log's events, from the first, up to the cut for atSeq; it
+// never reads past the cut, so a long log costs only the prefix it keeps.
+func Find(events turnlog.Events, atSeq string) (Point, error) {
 	anchor, err := ParseAtSeq(atSeq)
 	if err != nil {
 		return Point{}, err
 	}
 	p := Point{AtSeq: atSeq, AnchorSeq: anchor}
 	head := int64(-1)
-	for {
-		e, err := src.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
+	for e, err := range events {
 		if err != nil {
 			return Point{}, err
 		}
@@ -162,14 +157,10 @@ func Find(src turnlog.Source, atSeq string) (Point, error) {
 	return Point{}, cerr
 }
 
-// WriteChild writes the child's log: the events of src through the cut, each
-// event's bytes unchanged. src must be the log Find read.
-func WriteChild(src turnlog.Source, w *turnlog.Writer, p Point) error {
-	for {
-		e, err := src.Next()
-		if errors.Is(err, io.EOF) {
-			return fmt.Errorf("forkcut: log ended before the cut at seq %d", p.CutSeq)
-		}
+// WriteChild writes the child's log: the events through the cut, each
+// event's bytes unchanged. events must be the log Find read.
+func WriteChild(events turnlog.Events, w *turnlog.Writer, p Point) error {
+	for e, err := range events {
 		if err != nil {
 			return err
 		}
@@ -183,4 +174,5 @@ func WriteChild(src turnlog.Source, w *turnlog.Writer, p Point) error {
 			return w.Flush()
 		}
 	}
+	return fmt.Errorf("forkcut: log ended before the cut at seq %d", p.CutSeq)
 }

@@ -87,7 +87,7 @@ func TestFind(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, err := forkcut.Find(turnlog.NewReader(bytes.NewReader(log)), tt.atSeq)
+			p, err := forkcut.Find(turnlog.NewReader(bytes.NewReader(log)).All(), tt.atSeq)
 			if !errors.Is(err, tt.wantErr) || (err == nil) != (tt.wantErr == nil) {
 				t.Fatalf("Find(%q) error %v, want %v", tt.atSeq, err, tt.wantErr)
 			}
@@ -101,14 +101,14 @@ func TestFind(t *testing.T) {
 func TestFindInsideOpenTurnWaits(t *testing.T) {
 	log := readLog(t, "aborted-turn.jsonl")
 	open := log[:bytes.LastIndex(bytes.TrimSpace(log), []byte("\n"))+1] // drop turn 3's turn/end
-	_, err := forkcut.Find(turnlog.NewReader(bytes.NewReader(open)), "18")
+	_, err := forkcut.Find(turnlog.NewReader(bytes.NewReader(open)).All(), "18")
 	if !errors.Is(err, forkcut.ErrTurnNotEnded) || errors.Is(err, forkcut.ErrAnchorBeyondHead) {
 		t.Fatalf("error %v, want ErrTurnNotEnded only", err)
 	}
 	if cerr, ok := errors.AsType[*forkcut.CutError](err); !ok || cerr.Anchor != 18 || cerr.Head != 20 {
 		t.Errorf("error %#v, want anchor 18 and head 20", err)
 	}
-	_, err = forkcut.Find(turnlog.NewReader(strings.NewReader("")), "0")
+	_, err = forkcut.Find(turnlog.NewReader(strings.NewReader("")).All(), "0")
 	if !errors.Is(err, forkcut.ErrAnchorBeyondHead) || !strings.Contains(err.Error(), "empty log") {
 		t.Errorf("empty log: %v", err)
 	}
@@ -119,23 +119,23 @@ func TestFindInsideOpenTurnWaits(t *testing.T) {
 // and the frozen partial text is in neither.
 func TestChildOfAbortedTurnResumesLikeSource(t *testing.T) {
 	log := readLog(t, "aborted-turn.jsonl")
-	p, err := forkcut.Find(turnlog.NewReader(bytes.NewReader(log)), "14.1")
+	p, err := forkcut.Find(turnlog.NewReader(bytes.NewReader(log)).All(), "14.1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var child bytes.Buffer
-	if err := forkcut.WriteChild(turnlog.NewReader(bytes.NewReader(log)), turnlog.NewWriter(&child), p); err != nil {
+	if err := forkcut.WriteChild(turnlog.NewReader(bytes.NewReader(log)).All(), turnlog.NewWriter(&child), p); err != nil {
 		t.Fatal(err)
 	}
 	lines := bytes.SplitAfter(log, []byte("\n"))
 	if want := bytes.Join(lines[:p.CutSeq+1], nil); !bytes.Equal(child.Bytes(), want) {
 		t.Fatalf("child log is not the source's events 0..%d byte for byte:\n%s", p.CutSeq, child.Bytes())
 	}
-	fromChild, err := replay.Transcript(turnlog.NewReader(&child), replay.Options{Through: replay.Head})
+	fromChild, err := replay.Transcript(turnlog.NewReader(&child).All(), replay.Options{Through: replay.Head})
 	if err != nil {
 		t.Fatal(err)
 	}
-	fromSource, err := replay.Transcript(turnlog.NewReader(bytes.NewReader(log)), replay.Options{Through: p.CutSeq})
+	fromSource, err := replay.Transcript(turnlog.NewReader(bytes.NewReader(log)).All(), replay.Options{Through: p.CutSeq})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +187,7 @@ func TestFindNamesTheCompactionAndSystemPromptTheChildStartsFrom(t *testing.T) {
 		{"10", seq(8), []int64{8}},
 		{"15", seq(13), nil}, // the second compaction carries no system message
 	} {
-		p, err := forkcut.Find(turnlog.NewReader(bytes.NewReader(log)), tt.at)
+		p, err := forkcut.Find(turnlog.NewReader(bytes.NewReader(log)).All(), tt.at)
 		if err != nil {
 			t.Fatal(err)
 		}

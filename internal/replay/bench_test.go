@@ -4,7 +4,6 @@ package replay_test
 
 import (
 	"bytes"
-	"io"
 	"runtime"
 	"syscall"
 	"testing"
@@ -27,11 +26,8 @@ func BenchmarkReplay(b *testing.B) {
 	b.Run("decode-only", func(b *testing.B) {
 		b.SetBytes(int64(len(data)))
 		for b.Loop() {
-			r := turnlog.NewReader(bytes.NewReader(data))
-			for {
-				if _, err := r.Next(); err == io.EOF {
-					break
-				} else if err != nil {
+			for _, err := range turnlog.NewReader(bytes.NewReader(data)).All() {
+				if err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -41,7 +37,7 @@ func BenchmarkReplay(b *testing.B) {
 	b.Run("replay", func(b *testing.B) {
 		b.SetBytes(int64(len(data)))
 		for b.Loop() {
-			res, err := replay.Transcript(turnlog.NewReader(bytes.NewReader(data)), replay.Options{Through: replay.Head})
+			res, err := replay.Transcript(turnlog.NewReader(bytes.NewReader(data)).All(), replay.Options{Through: replay.Head})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -67,11 +63,7 @@ func BenchmarkReplayInterleaved(b *testing.B) {
 	segments := turnSegments(b, data, 1000)
 	decodeSegment := func(b *testing.B, seg segment, add func(e *turnlog.Event)) {
 		r := turnlog.NewReaderWith(bytes.NewReader(seg.data), turnlog.NewValidatorAt(seg.first))
-		for {
-			e, err := r.Next()
-			if err == io.EOF {
-				return
-			}
+		for e, err := range r.All() {
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -130,14 +122,9 @@ type segment struct {
 // turnSegments cuts a log after the first turn/end at or past every n events.
 func turnSegments(b *testing.B, data []byte, n int) []segment {
 	var segs []segment
-	r := turnlog.NewReader(bytes.NewReader(data))
 	start, offset := 0, 0
 	first := int64(0)
-	for {
-		e, err := r.Next()
-		if err == io.EOF {
-			break
-		}
+	for e, err := range turnlog.NewReader(bytes.NewReader(data)).All() {
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -573,7 +573,7 @@ func comparePiAI(t *testing.T, line piLine, inst piInstall, seed uint64) {
 			log := c.log(form)
 			for ti, tg := range pi.Targets {
 				target := turnlog.Adapter{Kind: turnlog.EnvelopeKindPiAI, API: tg.API, Provider: tg.Provider, Model: tg.Model, ReleaseLine: line.name}
-				res, err := replay.Transcript(turnlog.NewReader(bytes.NewReader(log)), replay.Options{Target: target, Through: replay.Head})
+				res, err := replay.Transcript(turnlog.NewReader(bytes.NewReader(log)).All(), replay.Options{Target: target, Through: replay.Head})
 				if err != nil {
 					t.Fatalf("%s, %s form: replay: %v\n%s", c.name, form, err, log)
 				}

@@ -60,7 +60,7 @@ func compareRequestLayout(t *testing.T, line piLine, inst piInstall, seed uint64
 		target := turnlog.Adapter{Kind: turnlog.EnvelopeKindPiAI, API: "anthropic-messages", Provider: "anthropic", Model: tg.model, ReleaseLine: line.name}
 		for _, c := range conversations {
 			c = forModel(c, tg.model, rng)
-			res, err := replay.Transcript(turnlog.NewReader(bytes.NewReader(c.log(formInline))), replay.Options{Target: target, Through: replay.Head})
+			res, err := replay.Transcript(turnlog.NewReader(bytes.NewReader(c.log(formInline))).All(), replay.Options{Target: target, Through: replay.Head})
 			if err != nil {
 				t.Fatalf("%s: replay: %v", c.name, err)
 			}
@@ -318,7 +318,7 @@ func compareReasoningItems(t *testing.T, line piLine, inst piInstall, seed uint6
 	target := turnlog.Adapter{Kind: turnlog.EnvelopeKindPiAI, API: "openai-responses", Provider: "openai", Model: "gpt-5", ReleaseLine: line.name}
 	var input []map[string]any
 	for _, c := range conversations {
-		res, err := replay.Transcript(turnlog.NewReader(strings.NewReader(seqLog(c.events...))), replay.Options{Target: target, Through: replay.Head})
+		res, err := replay.Transcript(turnlog.NewReader(strings.NewReader(seqLog(c.events...))).All(), replay.Options{Target: target, Through: replay.Head})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -379,7 +379,7 @@ func compareReasoningItems(t *testing.T, line piLine, inst piInstall, seed uint6
 			`{"content":[{"type":"text","text":"next"}],%s,"stopReason":"stop","diagnostics":[{"type":"openai_input_transformations","timestamp":1,"details":{"transformations":[%s]}}]}`,
 			model, strings.Join(removals, ","))), turnEnd(c.turn, "stop"))
 		var diags []replay.Diagnostic
-		res, err := replay.Transcript(turnlog.NewReader(strings.NewReader(seqLog(events...))), replay.Options{Target: target, Through: replay.Head,
+		res, err := replay.Transcript(turnlog.NewReader(strings.NewReader(seqLog(events...))).All(), replay.Options{Target: target, Through: replay.Head,
 			OnDiagnostic: func(d replay.Diagnostic) { diags = append(diags, d) }})
 		if err != nil {
 			t.Fatal(err)

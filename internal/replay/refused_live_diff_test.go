@@ -61,7 +61,7 @@ func TestLiveDropLayoutMatchesReplay(t *testing.T) {
 		target := turnlog.Adapter{Kind: turnlog.EnvelopeKindPiAI, API: "anthropic-messages", Provider: "anthropic", Model: tg.model, ReleaseLine: turnlog.ReleaseLine1}
 		for _, c := range conversations {
 			c = forModel(c, tg.model, rng)
-			res, err := replay.Transcript(turnlog.NewReader(bytes.NewReader(c.log(formInline))), replay.Options{Target: target, Through: replay.Head})
+			res, err := replay.Transcript(turnlog.NewReader(bytes.NewReader(c.log(formInline))).All(), replay.Options{Target: target, Through: replay.Head})
 			if err != nil {
 				t.Fatalf("%s: replay: %v", c.name, err)
 			}

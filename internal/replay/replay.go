@@ -39,7 +39,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"slices"
 	"time"
@@ -119,12 +118,13 @@ type Options struct {
 	// previous replay's context started and what edits left out of it
 	// (Builder.ContextState).
 	Context ContextState
-	// Reread reads the log again: it calls read with the log's events from
-	// seq from (or from earlier: read skips those before from) and returns
-	// what read returns. A context event that needs messages no longer in
-	// the context (see "The context events" in context.go) reads them
-	// through it; without it, such an event fails the replay (Builder.Err).
-	Reread func(from int64, read func(turnlog.Source) error) error
+	// Reread reads the log again: it returns the log's events from seq
+	// from (or from earlier: those before from are skipped), and the
+	// replay ranges over them as far as it needs. A context event that
+	// needs messages no longer in the context (see "The context events" in
+	// context.go) reads them through it; without it, such an event fails
+	// the replay (Builder.Err).
+	Reread func(from int64) turnlog.Events
 	// SentKeptThrough, for a target that drops refused blocks, is the last
 	// seq whose responses were requested with every block kept: a fork's
 	// cut, through which the source's host (pi keeps every block) sent
@@ -237,14 +237,11 @@ type Result struct {
 	Rebuilt bool `json:"-"`
 }
 
-// Transcript replays events from src through opts.Through.
-func Transcript(src turnlog.Source, opts Options) (Result, error) {
+// Transcript replays a log's events through opts.Through. It stops at the
+// first error.
+func Transcript(events turnlog.Events, opts Options) (Result, error) {
 	b := NewBuilder(opts)
-	for {
-		e, err := src.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
+	for e, err := range events {
 		if err != nil {
 			return Result{}, err
 		}

@@ -3,7 +3,6 @@ package replay_test
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"reflect"
 	"strings"
 	"testing"
@@ -57,7 +56,7 @@ func run(t *testing.T, log string, opts replay.Options) (replay.Result, []replay
 	if opts.Through == 0 {
 		opts.Through = replay.Head
 	}
-	res, err := replay.Transcript(turnlog.NewReader(strings.NewReader(log)), opts)
+	res, err := replay.Transcript(turnlog.NewReader(strings.NewReader(log)).All(), opts)
 	if err != nil {
 		t.Fatalf("Transcript: %v", err)
 	}
@@ -521,18 +520,14 @@ func TestCheckpointKeepsToolCallsOpen(t *testing.T) {
 
 func readAll(t *testing.T, log string) []turnlog.Event {
 	t.Helper()
-	r := turnlog.NewReader(strings.NewReader(log))
 	var events []turnlog.Event
-	for {
-		e, err := r.Next()
-		if err == io.EOF {
-			return events
-		}
+	for e, err := range turnlog.NewReader(strings.NewReader(log)).All() {
 		if err != nil {
 			t.Fatal(err)
 		}
 		events = append(events, e)
 	}
+	return events
 }
 
 func jsonString(s string) string {

@@ -2,9 +2,7 @@ package replay
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
-	"io"
 
 	"github.com/turnlog/turnlog/internal/assembler"
 	"github.com/turnlog/turnlog/internal/turnlog"
@@ -106,21 +104,23 @@ func (b *Builder) readProjection(from, through int64) (*projection, error) {
 		collect:   &projection{through: through},
 	}
 	inTurn := false
-	err = b.reread(start, func(e *turnlog.Event) bool {
-		if e.Seq > b.opts.Through {
-			return false
+	for e, err := range b.reread(start) {
+		if err != nil {
+			return nil, err
 		}
-		inner.Add(e)
+		if e.Seq > b.opts.Through {
+			break
+		}
+		inner.Add(&e)
 		switch e.Type {
 		case turnlog.TypeTurnStart:
 			inTurn = true
 		case turnlog.TypeTurnEnd:
 			inTurn = false
 		}
-		return e.Seq < through || inTurn
-	})
-	if err != nil {
-		return nil, err
+		if e.Seq >= through && !inTurn {
+			break
+		}
 	}
 	inner.flushTurn()
 	if got := inner.result.ThroughSeq; got < through {
@@ -140,20 +140,20 @@ func (b *Builder) turnBoundary(from int64) (int64, error) {
 	for back := int64(64); ; back *= 2 {
 		lo := max(0, from-back)
 		found := int64(-1)
-		err := b.reread(lo, func(e *turnlog.Event) bool {
+		for e, err := range b.reread(lo) {
+			if err != nil {
+				return 0, err
+			}
 			if e.Seq > from {
-				return false
+				break
 			}
 			// Outside a turn an event of a known type carries no turn
 			// number (an unknown one may carry none anywhere).
 			if e.Type == turnlog.TypeTurnStart || (e.Turn == 0 && e.Type.Known()) {
 				found = e.Seq
 			}
-			return true
-		})
+		}
 		switch {
-		case err != nil:
-			return 0, err
 		case found >= 0:
 			return found, nil
 		case lo == 0:
@@ -222,28 +222,24 @@ func (b *Builder) projected(p *projection, current int64) (first, context []Mess
 	return first, context, state
 }
 
-// reread passes the log's events from seq from to take, until it returns
-// false or the log ends.
-func (b *Builder) reread(from int64, take func(*turnlog.Event) bool) error {
-	return b.opts.Reread(from, func(src turnlog.Source) error {
-		for {
-			e, err := src.Next()
-			if errors.Is(err, io.EOF) {
-				return nil
+// reread yields the log's events from seq from on, read again through
+// Options.Reread.
+func (b *Builder) reread(from int64) turnlog.Events {
+	return func(yield func(turnlog.Event, error) bool) {
+		for e, err := range b.opts.Reread(from) {
+			if err == nil && e.Seq < from {
+				continue
 			}
-			if err != nil {
-				return err
-			}
-			if e.Seq >= from && !take(&e) {
-				return nil
+			if !yield(e, err) {
+				return
 			}
 		}
-	})
+	}
 }
 
 // RereadBytes is an Options.Reread for a log held in memory.
-func RereadBytes(log []byte) func(from int64, read func(turnlog.Source) error) error {
-	return func(_ int64, read func(turnlog.Source) error) error {
-		return read(turnlog.NewReader(bytes.NewReader(log)))
+func RereadBytes(log []byte) func(from int64) turnlog.Events {
+	return func(int64) turnlog.Events {
+		return turnlog.NewReader(bytes.NewReader(log)).All()
 	}
 }

@@ -72,11 +72,7 @@ type Event struct {
 func ReadEvents(r io.Reader, first int64) ([]Event, error) {
 	reader := turnlog.NewReaderWith(r, turnlog.NewValidatorAt(first))
 	var out []Event
-	for {
-		e, err := reader.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
+	for e, err := range reader.All() {
 		if err != nil {
 			return nil, err
 		}

@@ -2,8 +2,8 @@ package sessionlog
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"iter"
 
 	"github.com/turnlog/turnlog/internal/turnlog"
 )
@@ -11,9 +11,12 @@ import (
 // Events yields the log's events with from <= seq <= through, decoded and
 // checked against the log format's rules as they are read (a log read
 // from the middle is checked from where it starts). It is Read for a
-// reader that wants events rather than stored lines. Iteration stops at
-// the first error, which is yielded and names the seq.
-func (l *Log) Events(ctx context.Context, from, through int64) iter.Seq2[turnlog.Event, error] {
+// reader that wants events rather than stored lines, and the one place
+// where a log in the store becomes events. Iteration stops at the first
+// error, which is yielded: an event that breaks the rules is a
+// *turnlog.LineError naming its seq ("seq 12: turn/end with no open
+// turn").
+func (l *Log) Events(ctx context.Context, from, through int64) turnlog.Events {
 	return func(yield func(turnlog.Event, error) bool) {
 		v := turnlog.NewValidatorAt(from)
 		for raw, err := range l.Read(ctx, from, through) {
@@ -26,7 +29,7 @@ func (l *Log) Events(ctx context.Context, from, through int64) iter.Seq2[turnlog
 				err = v.Check(&e)
 			}
 			if err != nil {
-				yield(turnlog.Event{}, fmt.Errorf("read %s: seq %d: %w", l.loc, raw.Seq, err))
+				yield(turnlog.Event{}, atSeq(raw.Seq, err))
 				return
 			}
 			if !yield(e, nil) {
@@ -34,4 +37,14 @@ func (l *Log) Events(ctx context.Context, from, through int64) iter.Seq2[turnlog
 			}
 		}
 	}
+}
+
+// atSeq names the seq of the event a problem was found in: where its
+// segment holds it, known even when the event could not be decoded.
+func atSeq(seq int64, err error) error {
+	if le, ok := errors.AsType[*turnlog.LineError](err); ok {
+		le.Seq = seq
+		return le
+	}
+	return fmt.Errorf("seq %d: %w", seq, err)
 }

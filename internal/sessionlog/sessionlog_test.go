@@ -17,6 +17,7 @@ import (
 	"github.com/turnlog/turnlog/internal/store"
 	"github.com/turnlog/turnlog/internal/testutil/storetest"
 	"github.com/turnlog/turnlog/internal/testutil/versitygw"
+	"github.com/turnlog/turnlog/internal/turnlog"
 )
 
 // backend opens a fresh bucket for a test.
@@ -323,6 +324,40 @@ func TestEventsRoundTrip(t *testing.T) {
 	want := `{"seq":0,"type":"vendor/thing","turn":1,"x":{"nested":[1,2]}}`
 	if len(got) != 1 || string(got[0].Line) != want {
 		t.Fatalf("read back %v, want %s", got, want)
+	}
+}
+
+// TestEventsStopAtABrokenEvent: Events yields the events before a broken
+// one, then the problem, once, named by its seq as a *turnlog.LineError,
+// and nothing after it.
+func TestEventsStopAtABrokenEvent(t *testing.T) {
+	for _, c := range []struct {
+		name, broken, want string
+	}{
+		{"turn structure", string(ev("turn/end", 1, `,"reason":"stop"`)), "seq 2: turn/end with no open turn"},
+		{"a field", string(ev("user/message", 1, `,"content":5`)), `seq 2: field "content": want an array of blocks, a string or null, got a number`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			lg := openLog(t, openURL(t, "mem://", nil), loc)
+			if _, err := lg.NewAppender("").Append(ctx(t), ev("turn/start", 1, ""), ev("turn/end", 1, `,"reason":"stop"`), []byte(c.broken), ev("turn/start", 2, "")); err != nil {
+				t.Fatal(err)
+			}
+			var seqs []int64
+			var problems []string
+			for e, err := range lg.Events(ctx(t), 0, math.MaxInt64) {
+				if err != nil {
+					if _, ok := errors.AsType[*turnlog.LineError](err); !ok {
+						t.Errorf("%v is not a *turnlog.LineError", err)
+					}
+					problems = append(problems, err.Error())
+					continue
+				}
+				seqs = append(seqs, e.Seq)
+			}
+			if fmt.Sprint(seqs) != "[0 1]" || len(problems) != 1 || problems[0] != c.want {
+				t.Errorf("read seqs %v, then %q; want [0 1], then %q", seqs, problems, c.want)
+			}
+		})
 	}
 }
 

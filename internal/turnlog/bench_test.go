@@ -3,7 +3,6 @@ package turnlog_test
 import (
 	"bytes"
 	"encoding/json"
-	"io"
 	"runtime"
 	"sync"
 	"testing"
@@ -42,12 +41,7 @@ func BenchmarkDecode(b *testing.B) {
 		b.SetBytes(int64(len(data)))
 		events := 0
 		for b.Loop() {
-			r := turnlog.NewReader(bytes.NewReader(data))
-			for {
-				_, err := r.Next()
-				if err == io.EOF {
-					break
-				}
+			for _, err := range turnlog.NewReader(bytes.NewReader(data)).All() {
 				if err != nil {
 					b.Fatal(err)
 				}

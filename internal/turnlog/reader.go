@@ -6,16 +6,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 )
 
 // MaxLineBytes is the longest line a Reader accepts. Lines are events, and a
 // tool result can be large; the limit only guards against unbounded input.
 const MaxLineBytes = 16 << 20
 
-// Source yields events in log order; Next returns io.EOF after the last one.
-type Source interface {
-	Next() (Event, error)
-}
+// Events is a log's events in log order, each with a nil error, or a zero
+// Event with the error met instead. It is the one form in which readers of
+// a log take its events: they range over it and stop at the first error,
+// unless they can go on after it (see Reader.All).
+type Events = iter.Seq2[Event, error]
 
 // Reader reads a log in JSON Lines form, one event per line, holding one line
 // in memory at a time. Blank lines are skipped.
@@ -40,14 +42,38 @@ func NewReaderWith(r io.Reader, v *Validator) *Reader {
 // Line is the 1-based number of the last line read.
 func (r *Reader) Line() int { return r.line }
 
-// Next returns the next event. A structural problem is a *LineError naming the
-// line; reading may go on after it with the next line. Any other error (from
-// the underlying reader) ends the log; io.EOF means the log ended cleanly.
+// All yields the log's events, reading it once. A structural problem is
+// yielded as a *LineError naming the line, and reading goes on with the
+// next line if the consumer goes on: `turnlog validate` reports every
+// problem, a consumer that wants a valid log stops at the first. Any other
+// error (from the underlying reader) is yielded last.
+func (r *Reader) All() Events {
+	return func(yield func(Event, error) bool) {
+		for {
+			e, err := r.Next()
+			if err == io.EOF {
+				return
+			}
+			if !yield(e, err) {
+				return
+			}
+			if err != nil && !isLineError(err) {
+				return
+			}
+		}
+	}
+}
+
+// Next returns the next event, for a caller that takes events one at a time
+// rather than ranging over All. A structural problem is a *LineError naming
+// the line; reading may go on after it with the next line. Any other error
+// (from the underlying reader) ends the log; io.EOF means the log ended
+// cleanly.
 func (r *Reader) Next() (Event, error) {
 	for {
 		line, err := r.readLine()
 		if err != nil {
-			if _, ok := errors.AsType[*LineError](err); ok && r.validator != nil {
+			if isLineError(err) && r.validator != nil {
 				r.validator.Skip()
 			}
 			return Event{}, err
@@ -69,6 +95,11 @@ func (r *Reader) Next() (Event, error) {
 		}
 		return e, nil
 	}
+}
+
+func isLineError(err error) bool {
+	_, ok := errors.AsType[*LineError](err)
+	return ok
 }
 
 func (r *Reader) locate(err error) error {

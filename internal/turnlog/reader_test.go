@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"testing/iotest"
 
 	"github.com/turnlog/turnlog/internal/testutil/loggen"
 	"github.com/turnlog/turnlog/internal/turnlog"
@@ -15,20 +16,17 @@ import (
 // readAll reads a log to the end, collecting events and every problem.
 func readAll(t *testing.T, r *turnlog.Reader) (events []turnlog.Event, problems []string) {
 	t.Helper()
-	for {
-		e, err := r.Next()
-		if err == io.EOF {
-			return events, problems
-		}
+	for e, err := range r.All() {
 		if err != nil {
 			if _, ok := errors.AsType[*turnlog.LineError](err); !ok {
-				t.Fatalf("Next: %v is not a *LineError", err)
+				t.Fatalf("All: %v is not a *LineError", err)
 			}
 			problems = append(problems, err.Error())
 			continue
 		}
 		events = append(events, e)
 	}
+	return events, problems
 }
 
 func lines(ls ...string) string { return strings.Join(ls, "\n") + "\n" }
@@ -185,5 +183,30 @@ func TestGeneratedLogIsValid(t *testing.T) {
 	}
 	if len(events) < 2000 || events[len(events)-1].Type != turnlog.TypeTurnEnd {
 		t.Errorf("generated %d events ending with %s, want ≥ 2000 ending with turn/end", len(events), events[len(events)-1].Type)
+	}
+}
+
+// A reading error other than a problem of a line ends the events: it is
+// yielded after the events read before it, and nothing follows.
+func TestReaderAllEndsAtAReadError(t *testing.T) {
+	broken := errors.New("connection reset")
+	in := io.MultiReader(strings.NewReader(lines(
+		`{"seq":0,"type":"turn/start","turn":1}`,
+		`{"seq":1,"type":"turn/start","turn":2}`,
+	)), iotest.ErrReader(broken))
+	var got []string
+	for e, err := range turnlog.NewReader(in).All() {
+		if len(got) > 5 {
+			break // the error again and again
+		}
+		if err != nil {
+			got = append(got, err.Error())
+			continue
+		}
+		got = append(got, string(e.Type))
+	}
+	want := []string{"turn/start", "line 2 (seq 1): turn/start while turn 1 is open", "connection reset"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("read %q, want %q", got, want)
 	}
 }

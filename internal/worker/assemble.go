@@ -2,9 +2,7 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 
 	"github.com/turnlog/turnlog/internal/assembler"
 	"github.com/turnlog/turnlog/internal/derived"
@@ -32,16 +30,7 @@ func Assemble(ctx context.Context, log derived.Log) (derived.Summary, error) {
 		return ck.Summary, nil
 	}
 	r := &assemblyRun{ctx: ctx, ck: ck, a: assembler.New(ck.State.SessionAdapter), committed: emptyResult()}
-	events, err := log.Events(ctx, ck.From)
-	if err != nil {
-		return derived.Summary{}, fmt.Errorf("read the log from seq %d: %w", ck.From, err)
-	}
-	defer events.Close()
-	for {
-		e, err := events.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
+	for e, err := range log.Events(ctx, ck.From) {
 		if err != nil {
 			return derived.Summary{}, fmt.Errorf("read the log: %w", err)
 		}

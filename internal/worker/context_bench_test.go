@@ -27,9 +27,7 @@ func BenchmarkContextEdit(b *testing.B) {
 	loc := sessionlog.Location{Namespace: "bench", Session: "edits", UID: "u1"}
 	base := loggen.Log(170_000, 7)
 	var users []int64 // the seqs of the user messages
-	r := turnlog.NewReader(bytes.NewReader(base))
-	for {
-		e, err := r.Next()
+	for e, err := range turnlog.NewReader(bytes.NewReader(base)).All() {
 		if err != nil {
 			break
 		}
@@ -123,23 +121,15 @@ type countingLog struct {
 	events int
 }
 
-func (c *countingLog) Events(ctx context.Context, from int64) (derived.Events, error) {
-	e, err := c.Log.Events(ctx, from)
-	if err != nil {
-		return nil, err
+func (c *countingLog) Events(ctx context.Context, from int64) turnlog.Events {
+	return func(yield func(turnlog.Event, error) bool) {
+		for e, err := range c.Log.Events(ctx, from) {
+			if err == nil {
+				c.events++
+			}
+			if !yield(e, err) {
+				return
+			}
+		}
 	}
-	return &countingEvents{Events: e, n: &c.events}, nil
-}
-
-type countingEvents struct {
-	derived.Events
-	n *int
-}
-
-func (c *countingEvents) Next() (turnlog.Event, error) {
-	e, err := c.Events.Next()
-	if err == nil {
-		*c.n++
-	}
-	return e, err
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"slices"
 
@@ -56,35 +55,43 @@ func replayRun(ctx context.Context, log derived.Log, target turnlog.Adapter, o R
 		return derived.Summary{}, err
 	}
 	r := &replayRunner{ctx: ctx, log: log, opts: o, ck: ck, settled: lastTurnEnd(ctx, log)}
-	events, err := log.Events(ctx, ck.From)
-	if err != nil {
-		return derived.Summary{}, fmt.Errorf("read the log from seq %d: %w", ck.From, err)
-	}
-	defer events.Close()
-	r.events = events
-	for {
-		more, err := r.pass()
+	p := r.newPass()
+	for e, err := range log.Events(ctx, ck.From) {
+		if err != nil {
+			return derived.Summary{}, fmt.Errorf("read the log: %w", err)
+		}
+		full, err := r.take(p, &e)
 		if err != nil {
 			return derived.Summary{}, err
 		}
-		if !more {
-			return ck.Summary, nil
+		if full {
+			if err := r.commit(p); err != nil {
+				return derived.Summary{}, err
+			}
+			p = r.newPass()
 		}
 	}
+	if p.b == nil {
+		return ck.Summary, nil // no turn ended since the last pass
+	}
+	return ck.Summary, r.commit(p)
 }
 
 // replayRunner is one replay run's state across its passes.
 type replayRunner struct {
-	ctx    context.Context
-	log    derived.Log
-	opts   ReplayOptions
-	events derived.Events
+	ctx  context.Context
+	log  derived.Log
+	opts ReplayOptions
 
 	// ck is the checkpoint as far as the run has got; its summary is the
 	// one the run returns, with this run's new diagnostics.
 	ck *derived.ReplayCheckpoint
 	// settled is the last turn/end assembly saw (see lastTurnEnd).
 	settled int64
+	// turn holds the events since the last settled one; inTurn says that
+	// a turn has started and not ended.
+	turn   []turnlog.Event
+	inTurn bool
 }
 
 // lastTurnEnd is the last turn/end assembly saw, -1 when it is not known.
@@ -110,24 +117,22 @@ type replayPass struct {
 	// the stored parts, when the builder asked for them to rebuild the
 	// transcript.
 	diags, priorDiags []replay.Diagnostic
+	// taken and takenBytes count the events the pass took in.
+	taken, takenBytes int
 }
 
-// pass takes in events until the log ends or, at a point where no turn is
-// open, until it has taken in passEvents or passBytes, and stores what it
-// built as a run would: the messages a run holds are bounded by what one
-// pass takes in, however much of the log a run catches up with. It
-// reports whether the log goes on.
-func (r *replayRunner) pass() (more bool, err error) {
+// newPass starts a pass from the run's counts so far. A pass takes in
+// events until the log ends or, at a point where no turn is open, until it
+// has taken in passEvents or passBytes, and is then stored as a run would
+// store it: the messages a run holds are bounded by what one pass takes
+// in, however much of the log a run catches up with.
+func (r *replayRunner) newPass() *replayPass {
 	p := &replayPass{counts: *r.ck.Summary.Replay}
 	p.counts.DegradedSeqs = cloneSeqs(p.counts.DegradedSeqs)
 	p.counts.RefusedSeqs = cloneSeqs(p.counts.RefusedSeqs)
 	p.counts.Refused = maps.Clone(p.counts.Refused)
 	p.counts.ContextEventSeqs = slices.Clone(p.counts.ContextEventSeqs)
-	more, err = r.takeIn(p)
-	if err != nil || p.b == nil {
-		return false, err // an error, or no turn ended since the last run
-	}
-	return more, r.commit(p)
+	return p
 }
 
 // builder is the pass's replay builder, made on first use.
@@ -158,70 +163,54 @@ func (r *replayRunner) builder(p *replayPass) *replay.Builder {
 
 // reread reads the log again for a context event that needs messages the
 // stored transcript no longer holds (replay.Options.Reread).
-func (r *replayRunner) reread(from int64, read func(turnlog.Source) error) error {
-	events, err := r.log.Events(r.ctx, from)
-	if err != nil {
-		return err
-	}
-	defer events.Close()
-	return read(events)
+func (r *replayRunner) reread(from int64) turnlog.Events {
+	return r.log.Events(r.ctx, from)
 }
 
-// takeIn feeds the pass's events to its builder, a turn at a time.
-func (r *replayRunner) takeIn(p *replayPass) (more bool, err error) {
-	var turn []turnlog.Event // events since the last settled one
-	inTurn := false
-	taken, takenBytes := 0, 0
-	for {
-		e, err := r.events.Next()
-		if errors.Is(err, io.EOF) {
-			return false, nil
-		}
-		if err != nil {
-			return false, fmt.Errorf("read the log: %w", err)
-		}
-		taken, takenBytes = taken+1, takenBytes+len(e.Raw)
-		if r.ck.From == 0 && e.Seq == 0 {
-			if start, ok := e.SessionStart(); ok {
-				p.counts.Target = defaultAdapter(p.counts.Target, start.Adapter)
-			}
-		}
-		if e.Seq == r.settled && e.Type != turnlog.TypeTurnEnd {
-			return false, fmt.Errorf("%w: the assembly checkpoint's last turn/end, seq %d, is a %s in the log", derived.ErrUnusable, r.settled, e.Type)
-		}
-		if e.Seq <= r.settled {
-			r.builder(p).Add(&e)
-		} else {
-			turn = append(turn, e)
-		}
-		// A turn's messages are settled at its turn/end; an event between
-		// turns (a compaction after a turn, a system message) is settled as
-		// it comes.
-		switch e.Type {
-		case turnlog.TypeTurnStart:
-			inTurn = true
-		case turnlog.TypeTurnEnd:
-			inTurn = false
-		}
-		if inTurn {
-			continue
-		}
-		for i := range turn {
-			r.builder(p).Add(&turn[i])
-		}
-		if err := r.builder(p).Err(); err != nil {
-			if errors.Is(err, derived.ErrNotFound) || errors.Is(err, derived.ErrUnusable) {
-				return false, fmt.Errorf("%w: %w", derived.ErrPartsLost, err)
-			}
-			return false, err
-		}
-		turn = turn[:0]
-		r.ck.State.Next = e.Seq + 1
-		r.ck.Summary.ThroughSeq = e.Seq
-		if taken >= passEvents || takenBytes >= passBytes {
-			return true, nil
+// take feeds one event to the pass's builder, a turn at a time. It reports
+// whether the pass is full: no turn is open and the pass has taken in
+// passEvents or passBytes.
+func (r *replayRunner) take(p *replayPass, e *turnlog.Event) (full bool, err error) {
+	p.taken, p.takenBytes = p.taken+1, p.takenBytes+len(e.Raw)
+	if r.ck.From == 0 && e.Seq == 0 {
+		if start, ok := e.SessionStart(); ok {
+			p.counts.Target = defaultAdapter(p.counts.Target, start.Adapter)
 		}
 	}
+	if e.Seq == r.settled && e.Type != turnlog.TypeTurnEnd {
+		return false, fmt.Errorf("%w: the assembly checkpoint's last turn/end, seq %d, is a %s in the log", derived.ErrUnusable, r.settled, e.Type)
+	}
+	if e.Seq <= r.settled {
+		r.builder(p).Add(e)
+	} else {
+		r.turn = append(r.turn, *e)
+	}
+	// A turn's messages are settled at its turn/end; an event between
+	// turns (a compaction after a turn, a system message) is settled as
+	// it comes.
+	switch e.Type {
+	case turnlog.TypeTurnStart:
+		r.inTurn = true
+	case turnlog.TypeTurnEnd:
+		r.inTurn = false
+	}
+	if r.inTurn {
+		return false, nil
+	}
+	for i := range r.turn {
+		r.builder(p).Add(&r.turn[i])
+	}
+	if err := r.builder(p).Err(); err != nil {
+		if errors.Is(err, derived.ErrNotFound) || errors.Is(err, derived.ErrUnusable) {
+			return false, fmt.Errorf("%w: %w", derived.ErrPartsLost, err)
+		}
+		return false, err
+	}
+	clear(r.turn) // the buffer outlives the pass: it keeps no settled event
+	r.turn = r.turn[:0]
+	r.ck.State.Next = e.Seq + 1
+	r.ck.Summary.ThroughSeq = e.Seq
+	return p.taken >= passEvents || p.takenBytes >= passBytes, nil
 }
 
 // commit folds what the pass built into the counts, stores its messages

@@ -94,7 +94,7 @@ func checkEverySplit(t *testing.T, r *rand.Rand, data []byte, target turnlog.Ada
 		if w, ok := whole[through]; ok {
 			return w
 		}
-		res, err := replay.Transcript(turnlog.NewReader(bytes.NewReader(data)), replay.Options{Target: target, Through: through, Reread: replay.RereadBytes(data)})
+		res, err := replay.Transcript(turnlog.NewReader(bytes.NewReader(data)).All(), replay.Options{Target: target, Through: through, Reread: replay.RereadBytes(data)})
 		if err != nil {
 			t.Fatalf("%s: whole replay: %v", name, err)
 		}
@@ -244,13 +244,13 @@ func (g *splitGen) log(n int) []byte {
 func (g *splitGen) fork(t *testing.T, data []byte) []byte {
 	t.Helper()
 	anchor := g.r.IntN(bytes.Count(data, []byte("\n")))
-	p, err := forkcut.Find(turnlog.NewReader(bytes.NewReader(data)), fmt.Sprintf("%d.1", anchor))
+	p, err := forkcut.Find(turnlog.NewReader(bytes.NewReader(data)).All(), fmt.Sprintf("%d.1", anchor))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var child bytes.Buffer
 	w := turnlog.NewWriter(&child)
-	if err := forkcut.WriteChild(turnlog.NewReader(bytes.NewReader(data)), w, p); err != nil {
+	if err := forkcut.WriteChild(turnlog.NewReader(bytes.NewReader(data)).All(), w, p); err != nil {
 		t.Fatal(err)
 	}
 	// The child goes on from the cut: its turns continue the numbering, and

@@ -24,7 +24,7 @@ import (
 func wholeReplay(t *testing.T, data []byte) derived.Transcript {
 	t.Helper()
 	var diags []replay.Diagnostic
-	res, err := replay.Transcript(turnlog.NewReader(bytes.NewReader(data)), replay.Options{Through: replay.Head,
+	res, err := replay.Transcript(turnlog.NewReader(bytes.NewReader(data)).All(), replay.Options{Through: replay.Head,
 		OnDiagnostic: func(d replay.Diagnostic) { diags = append(diags, d) }})
 	if err != nil {
 		t.Fatal(err)

@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -39,11 +37,7 @@ func newMemLog(t *testing.T, data []byte) *memLog {
 func (l *memLog) append(t *testing.T, data []byte) {
 	t.Helper()
 	r := turnlog.NewReaderWith(bytes.NewReader(data), turnlog.NewValidatorAt(int64(len(l.events))))
-	for {
-		e, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			return
-		}
+	for e, err := range r.All() {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,8 +47,15 @@ func (l *memLog) append(t *testing.T, data []byte) {
 
 func (l *memLog) Head(context.Context) (int64, error) { return int64(len(l.events)) - 1, nil }
 
-func (l *memLog) Events(_ context.Context, from int64) (derived.Events, error) {
-	return &memEvents{log: l, next: from}, nil
+func (l *memLog) Events(_ context.Context, from int64) turnlog.Events {
+	return func(yield func(turnlog.Event, error) bool) {
+		for _, e := range l.events[min(from, int64(len(l.events))):] {
+			l.read++
+			if !yield(e, nil) {
+				return
+			}
+		}
+	}
 }
 
 func (l *memLog) GetDerived(_ context.Context, name string, limit int64) ([]byte, error) {
@@ -80,22 +81,6 @@ func (l *memLog) PutDerived(_ context.Context, name string, data []byte) error {
 	l.objects[name] = data
 	return nil
 }
-
-type memEvents struct {
-	log  *memLog
-	next int64
-}
-
-func (r *memEvents) Next() (turnlog.Event, error) {
-	if r.next >= int64(len(r.log.events)) {
-		return turnlog.Event{}, io.EOF
-	}
-	r.log.read++
-	r.next++
-	return r.log.events[r.next-1], nil
-}
-
-func (r *memEvents) Close() error { return nil }
 
 func testLog(t *testing.T, name string) []byte {
 	t.Helper()
@@ -179,7 +164,7 @@ func TestReplayInRunsMatchesAWholeReplay(t *testing.T) {
 		runs = append(runs, sum)
 		from = to
 	}
-	whole, err := replay.Transcript(turnlog.NewReader(bytes.NewReader(data)), replay.Options{Through: replay.Head})
+	whole, err := replay.Transcript(turnlog.NewReader(bytes.NewReader(data)).All(), replay.Options{Through: replay.Head})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +232,7 @@ func TestReplayKeepsToolCallsOpenAcrossRuns(t *testing.T) {
 		if strings.Join(parts, " ") != step.want {
 			t.Errorf("through seq %d: stored transcript %s, want %s", step.to-1, strings.Join(parts, " "), step.want)
 		}
-		whole, err := replay.Transcript(turnlog.NewReader(bytes.NewReader(lines(data, 0, step.to))), replay.Options{Through: replay.Head})
+		whole, err := replay.Transcript(turnlog.NewReader(bytes.NewReader(lines(data, 0, step.to))).All(), replay.Options{Through: replay.Head})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -353,8 +338,8 @@ type shortLog struct {
 	reads int64
 }
 
-func (l *shortLog) Events(ctx context.Context, from int64) (derived.Events, error) {
-	return &memEvents{log: &memLog{events: l.events[:l.reads]}, next: from}, nil
+func (l *shortLog) Events(ctx context.Context, from int64) turnlog.Events {
+	return (&memLog{events: l.events[:l.reads]}).Events(ctx, from)
 }
 
 // TestAssembleRefusesShortRead: an assembly that could not read through
@@ -435,7 +420,7 @@ func TestReplayRunsReadTheLogAgainForWhatTheContextLost(t *testing.T) {
 				if _, err := Replay(ctx, log, turnlog.Adapter{}); err != nil {
 					t.Fatal(err)
 				}
-				whole, err := replay.Transcript(turnlog.NewReader(bytes.NewReader(data)), replay.Options{Through: replay.Head, Reread: replay.RereadBytes(data)})
+				whole, err := replay.Transcript(turnlog.NewReader(bytes.NewReader(data)).All(), replay.Options{Through: replay.Head, Reread: replay.RereadBytes(data)})
 				if err != nil {
 					t.Fatal(err)
 				}

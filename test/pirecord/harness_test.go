@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"reflect"
 	"strings"
 	"testing"
@@ -114,14 +113,9 @@ func (s sessionRef) export(t *testing.T) []byte {
 // validate checks the log as `turnlog validate` does and returns its events.
 func validate(t *testing.T, log []byte) []turnlog.Event {
 	t.Helper()
-	r := turnlog.NewReader(bytes.NewReader(log))
 	var events []turnlog.Event
 	var problems []string
-	for {
-		e, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
+	for e, err := range turnlog.NewReader(bytes.NewReader(log)).All() {
 		if err != nil {
 			if _, ok := errors.AsType[*turnlog.LineError](err); !ok {
 				t.Fatalf("read the log: %v", err)
@@ -192,7 +186,7 @@ func compareEveryTurn(t *testing.T, e *env, ref sessionRef, log []byte, events [
 		}
 		pc := resumeOf(t, e, file, leaf)
 		tgt := target(pc)
-		res, err := replay.Transcript(turnlog.NewReader(bytes.NewReader(log)), replay.Options{Target: tgt, Through: ev.Seq, Reread: replay.RereadBytes(log)})
+		res, err := replay.Transcript(turnlog.NewReader(bytes.NewReader(log)).All(), replay.Options{Target: tgt, Through: ev.Seq, Reread: replay.RereadBytes(log)})
 		if err != nil {
 			t.Fatalf("replay through seq %d: %v", ev.Seq, err)
 		}
