@@ -257,9 +257,7 @@ func TestComparisonAsJSON(t *testing.T) {
 func turnEnds(t *testing.T, lines []byte) map[int64]int64 {
 	t.Helper()
 	out := map[int64]int64{}
-	r := turnlog.NewReaderWith(bytes.NewReader(lines), nil)
-	for {
-		e, err := r.Next()
+	for e, err := range turnlog.NewReaderWith(bytes.NewReader(lines), nil).All() {
 		if err != nil {
 			break
 		}

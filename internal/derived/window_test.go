@@ -20,8 +20,8 @@ type objects struct {
 
 func (o *objects) Head(context.Context) (int64, error) { return 100, nil }
 
-func (o *objects) Events(context.Context, int64) (Events, error) {
-	return nil, fmt.Errorf("no raw log here")
+func (o *objects) Events(context.Context, int64) turnlog.Events {
+	return func(yield func(turnlog.Event, error) bool) { yield(turnlog.Event{}, fmt.Errorf("no raw log here")) }
 }
 
 func (o *objects) GetDerived(_ context.Context, name string, _ int64) ([]byte, error) {

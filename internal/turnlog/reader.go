@@ -50,7 +50,7 @@ func (r *Reader) Line() int { return r.line }
 func (r *Reader) All() Events {
 	return func(yield func(Event, error) bool) {
 		for {
-			e, err := r.Next()
+			e, err := r.next()
 			if err == io.EOF {
 				return
 			}
@@ -64,12 +64,11 @@ func (r *Reader) All() Events {
 	}
 }
 
-// Next returns the next event, for a caller that takes events one at a time
-// rather than ranging over All. A structural problem is a *LineError naming
+// next returns the next event. A structural problem is a *LineError naming
 // the line; reading may go on after it with the next line. Any other error
 // (from the underlying reader) ends the log; io.EOF means the log ended
 // cleanly.
-func (r *Reader) Next() (Event, error) {
+func (r *Reader) next() (Event, error) {
 	for {
 		line, err := r.readLine()
 		if err != nil {
