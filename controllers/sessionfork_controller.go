@@ -93,6 +93,8 @@ func (r *SessionForkReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 }
 
 func (r *SessionForkReconciler) reconcile(ctx context.Context, req ctrl.Request) outcome.Outcome {
+	ctx, span := startReconcile(ctx, "SessionFork", req)
+	defer span.End()
 	fork := &turnlogv1.SessionFork{}
 	if err := r.Get(ctx, req.NamespacedName, fork); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -139,7 +141,7 @@ func (r *SessionForkReconciler) runSteps(ctx context.Context, s *forkScope) erro
 		r.reconcileChild,
 		r.reconcileCopy,
 	} {
-		if err := step(ctx, s); err != nil {
+		if err := traceStep(ctx, step, s); err != nil {
 			return err
 		}
 		if s.status != metav1.ConditionUnknown || s.result.RequeueAfter > 0 {

@@ -24,6 +24,12 @@ const maxAssemblyPartBytes = 1 << 20
 // log read), and records where the log's head, turns and last turn/end
 // are. It does nothing when the head has not moved.
 func Assemble(ctx context.Context, log derived.Log) (derived.Summary, error) {
+	return AssembleWith(ctx, log, AssembleOptions{})
+}
+
+// AssembleWith is Assemble, exporting the turns it commits as spans when
+// the process exports traces (traces.go).
+func AssembleWith(ctx context.Context, log derived.Log, opts AssembleOptions) (derived.Summary, error) {
 	ck, err := derived.OpenAssembly(ctx, log)
 	if err != nil {
 		return derived.Summary{}, err
@@ -31,7 +37,8 @@ func Assemble(ctx context.Context, log derived.Log) (derived.Summary, error) {
 	if ck.Head <= ck.Summary.ScannedThrough {
 		return ck.Summary, nil
 	}
-	r := &assemblyRun{ctx: ctx, ck: ck, a: assembler.New(ck.State.SessionAdapter), committed: emptyResult()}
+	r := &assemblyRun{ctx: ctx, ck: ck, a: assembler.New(ck.State.SessionAdapter), committed: emptyResult(),
+		trace: opts.turnTrace(ctx, log, prevTurnEnd(ck.Summary))}
 	events, err := log.Events(ctx, ck.From)
 	if err != nil {
 		return derived.Summary{}, fmt.Errorf("read the log from seq %d: %w", ck.From, err)
@@ -74,6 +81,7 @@ type assemblyRun struct {
 	committed, open assembler.Result
 	openTurn        bool
 	read            int
+	trace           *turnTrace
 }
 
 // emptyResult is a Result that encodes its lists as [], not null.
@@ -85,6 +93,7 @@ func emptyResult() assembler.Result {
 func (r *assemblyRun) take(e *turnlog.Event) error {
 	r.ck.Summary.ScannedThrough = e.Seq
 	r.read += len(e.Raw)
+	r.trace.add(e)
 	out := r.a.Add(e)
 	if out.Message != nil {
 		r.open.Messages = append(r.open.Messages, *out.Message)
@@ -147,5 +156,9 @@ func (r *assemblyRun) commit() error {
 	if r.openTurn {
 		r.ck.Summary.Turns++
 	}
-	return r.ck.Commit(r.ctx)
+	if err := r.ck.Commit(r.ctx); err != nil {
+		return err
+	}
+	r.trace.committed(r.ctx)
+	return nil
 }
