@@ -11,8 +11,8 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/agenthost"
+	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/internal/derived"
 	"github.com/turnlog/turnlog/internal/sessionlog"
 	"github.com/turnlog/turnlog/internal/store"
@@ -212,7 +212,9 @@ func turnTraces(t *testing.T, j *jaeger.Jaeger, uid string) []jaeger.Trace {
 	for i := range traces {
 		slices.SortStableFunc(traces[i].Spans, func(a, b jaeger.Span) int { return spanOrder(a) - spanOrder(b) })
 	}
-	slices.SortFunc(traces, func(a, b jaeger.Trace) int { return strings.Compare(root(a).Tag("turnlog.turn"), root(b).Tag("turnlog.turn")) })
+	slices.SortFunc(traces, func(a, b jaeger.Trace) int {
+		return strings.Compare(root(a).Tag("turnlog.turn"), root(b).Tag("turnlog.turn"))
+	})
 	return traces
 }
 
