@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -121,6 +122,7 @@ func TestSessionsAsTraces(t *testing.T) {
 	}
 	checkAttributes(t, traces[source], source)
 	checkForkLink(t, traces[forked][0], traces[source][1])
+	checkOwnSpans(t, j)
 
 	// The source's assembly checkpoint is lost: the next run reads every
 	// turn again, and exports none of them again.
@@ -334,6 +336,42 @@ func redoAssembly(ctx context.Context, t *testing.T, env *turnlogtest.Env, chat 
 		case <-ctx.Done():
 			t.Fatal("no assembly run stored a checkpoint again")
 		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// checkOwnSpans: turnlog's own work is traced under the manager's
+// service: a Session's reconcile with its steps and the worker run the
+// work step ran, a fork's reconcile with its copy.
+func checkOwnSpans(t *testing.T, j *jaeger.Jaeger) {
+	t.Helper()
+	for _, c := range []struct {
+		operation string
+		children  []string
+	}{
+		{"reconcile Session", []string{"reconcileLog", "reconcileDerived", "reconcileWork", "worker assemble"}},
+		{"reconcile SessionFork", []string{"reconcileSource", "reconcileCut", "reconcileChild", "reconcileCopy"}},
+	} {
+		traces, err := j.Traces("turnlog-manager", nil, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]bool{}
+		for _, tr := range traces {
+			if !slices.ContainsFunc(tr.Spans, func(s jaeger.Span) bool { return s.OperationName == c.operation }) {
+				continue
+			}
+			for _, s := range tr.Spans {
+				seen[s.OperationName] = true
+				if s.OperationName == "worker assemble" && s.Tag("turnlog.session") == "" {
+					t.Errorf("worker assemble: no turnlog.session attribute: %v", s.Tags)
+				}
+			}
+		}
+		for _, want := range c.children {
+			if !seen[want] {
+				t.Errorf("no %s trace holds a %s span (spans seen: %v)", c.operation, want, slices.Sorted(maps.Keys(seen)))
+			}
 		}
 	}
 }
