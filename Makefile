@@ -26,9 +26,9 @@ all: build
 # Ctrl-C even when the program stopped cleanly, and a SIGTERM kills go run
 # without reaching the program, which leaves the local cluster running.
 .PHONY: dev
-dev: control-plane manifests build ## Run turnlog locally: cluster, object store, manager, worker pods (state in ./.turnlog-dev/).
+dev: control-plane manifests build $(if $(JAEGER),jaeger) ## Run turnlog locally: cluster, object store, manager, worker pods (state in ./.turnlog-dev/); JAEGER=1 adds a Jaeger holding their traces.
 	$(GO) build -o $(BIN_DIR)/turnlog-dev ./hack/dev
-	exec $(BIN_DIR)/turnlog-dev --state-dir $(CURDIR)/.turnlog-dev --control-plane $(CONTROL_PLANE_DIR) --crds $(CURDIR)/config/crd/bases --admission-policy $(CURDIR)/config/admission/forkedfrom_policy.yaml --turnlog $(BIN_DIR)/turnlog --pi-package $(CURDIR)/pi-turnlog --pi-dir $(CURDIR)/test/pi/1
+	exec $(BIN_DIR)/turnlog-dev $(if $(JAEGER),--jaeger) --state-dir $(CURDIR)/.turnlog-dev --control-plane $(CONTROL_PLANE_DIR) --crds $(CURDIR)/config/crd/bases --admission-policy $(CURDIR)/config/admission/forkedfrom_policy.yaml --turnlog $(BIN_DIR)/turnlog --pi-package $(CURDIR)/pi-turnlog --pi-dir $(CURDIR)/test/pi/1
 
 .PHONY: test
 test: control-plane jaeger node-deps browser prometheus-server pi-deps promtool helm verify-generated vet test-pi test-unit test-examples test-e2e test-soak ## Everything CI runs: generated files, vet, the pi package's tests, unit, envtest and end-to-end suites, a short soak.
