@@ -96,7 +96,11 @@ func (t *turnState) now() time.Time {
 
 func (t *turnState) add(e *turnlog.Event) {
 	t.at = time.Time{}
-	t.stamp(e)
+	// A chunk's time places no span: the response's start and finish do,
+	// and parsing the time of every chunk was most of the cost of a turn.
+	if e.Type != turnlog.TypeChunk {
+		t.stamp(e)
+	}
 	switch e.Type {
 	case turnlog.TypeUserMessage:
 		if p, ok := e.UserMessage(); ok && t.capture {
