@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 
 	"go.opentelemetry.io/otel"
@@ -16,25 +15,11 @@ import (
 	"github.com/turnlog/turnlog/internal/turnspans"
 )
 
-// TracesMarkName is where a Session's turn spans got to: the seq of the
-// last turn/end whose spans were handed to the export. An assembly run
-// that reads turns again — its checkpoint lost or unusable, a redo — sends
-// none of the turns through it: each turn is exported once.
-const TracesMarkName = "traces/exported.json"
-
-// maxTracesMarkBytes caps the mark's read; it is a few bytes.
-const maxTracesMarkBytes = 1 << 10
-
 // AssembleOptions are what an assembly run is told besides its log.
 type AssembleOptions struct {
 	// Session is whose log it is, for the turn spans; zero (no UID):
 	// the run exports none.
 	Session turnspans.Identity
-}
-
-// tracesMark is the stored mark.
-type tracesMark struct {
-	ThroughSeq int64 `json:"throughSeq"`
 }
 
 // turnTrace gives the turns an assembly run commits to the process's
@@ -61,15 +46,8 @@ func (o AssembleOptions) turnTrace(ctx context.Context, log derived.Log, prevEnd
 	if tel == nil || o.Session.UID == "" {
 		return nil
 	}
-	t := &turnTrace{tel: tel, log: log, exported: -1, through: -1,
+	return &turnTrace{tel: tel, log: log, exported: derived.LoadTracesMark(ctx, log), through: -1,
 		b: turnspans.NewBuilder(o.Session, turnspans.Options{CaptureContent: tel.CaptureContent()}, prevEnd)}
-	if data, err := log.GetDerived(ctx, TracesMarkName, maxTracesMarkBytes); err == nil {
-		var m tracesMark
-		if json.Unmarshal(data, &m) == nil {
-			t.exported = m.ThroughSeq
-		}
-	}
-	return t
 }
 
 // add folds the event into the turn being read.
@@ -93,8 +71,7 @@ func (t *turnTrace) committed(ctx context.Context) {
 	if t == nil || t.through <= t.exported {
 		return
 	}
-	data, _ := json.Marshal(tracesMark{ThroughSeq: t.through}) // always encodes
-	if err := t.log.PutDerived(ctx, TracesMarkName, data); err != nil {
+	if err := derived.StoreTracesMark(ctx, t.log, t.through); err != nil {
 		trace.SpanFromContext(ctx).AddEvent("turn spans not exported: " + err.Error())
 		t.spans = nil
 		return

@@ -92,7 +92,7 @@ func TestNoSpansWithoutExport(t *testing.T) {
 	if _, err := AssembleWith(context.Background(), log, traced); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := log.objects[TracesMarkName]; ok {
+	if _, ok := log.objects[derived.TracesMarkName]; ok {
 		t.Error("a process that exports no traces stored a traces mark")
 	}
 }
