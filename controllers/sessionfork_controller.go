@@ -341,7 +341,8 @@ func (r *SessionForkReconciler) reconcileChild(ctx context.Context, s *forkScope
 		adapter.RefusedBlocks = v
 	}
 	child := &turnlogv1.Session{
-		ObjectMeta: metav1.ObjectMeta{Name: childName(s.fork), Namespace: s.fork.Namespace, Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Name: childName(s.fork), Namespace: s.fork.Namespace, Labels: labels,
+			Annotations: map[string]string{turnlogv1.AnnotationTraceLineage: childLineage(s.source, s.point.CutSeq)}},
 		Spec: turnlogv1.SessionSpec{
 			Adapter:   adapter,
 			Storage:   s.source.Spec.Storage, // CopyPrefix copies inside one store

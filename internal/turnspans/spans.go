@@ -29,7 +29,8 @@ const (
 	AttrResponse = attribute.Key("turnlog.response")
 	// AttrStopReason is the turn's turn/end reason, pi-ai's words.
 	AttrStopReason = attribute.Key("turnlog.turn.reason")
-	// AttrForkSource is a fork's child's source Session UID.
+	// AttrForkSource is, on a fork's child's turns, the UID of the
+	// Session whose turn the fork was cut at: its source's, or further up.
 	AttrForkSource = attribute.Key("turnlog.fork.source_uid")
 	// AttrLinkRelation says what a link points at: previous_turn, or
 	// fork_source for a fork's first turn.

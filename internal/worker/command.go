@@ -40,10 +40,11 @@ type Invocation struct {
 	// SentKeptThrough is a fork child's cut (spec.forkedFrom.cutSeq): the
 	// responses through it were requested by the source's host.
 	SentKeptThrough int64
-	// ForkSource and ForkCut are a fork child's source Session UID and cut
-	// (spec.forkedFrom): the turns through the cut are the source's, and
-	// so are their spans; ForkSource is empty for a Session that is no
-	// fork's.
+	// ForkCut is a fork child's cut (spec.forkedFrom.cutSeq): the turns
+	// through it are its sources', and so are their spans. ForkSource is
+	// the UID of the Session whose trace holds the turn the cut ends (its
+	// source's, or the source's own source's for a cut in the turns the
+	// source copied); empty for a Session that is no fork's.
 	ForkSource string
 	ForkCut    int64
 }
@@ -63,7 +64,7 @@ func (inv *Invocation) flags(fs *flag.FlagSet) {
 	fs.StringVar(&inv.Target.ReleaseLine, "target-release-line", "", `pi-ai release line whose rules replay follows: "1" or "0.73"; empty: the log's, else "1"`)
 	fs.StringVar(&inv.Target.RefusedBlocks, "target-refused-blocks", "", `what replay does with thinking blocks the provider refused: "Keep" (as pi does; empty) or "Drop"`)
 	fs.Int64Var(&inv.SentKeptThrough, "sent-kept-through", 0, "a fork's cut: the responses through this seq were requested by the source's host, with every block kept")
-	fs.StringVar(&inv.ForkSource, "fork-source-uid", "", "a fork's child: the source Session's UID, whose traces hold the turns through the cut")
+	fs.StringVar(&inv.ForkSource, "fork-source-uid", "", "a fork's child: the UID of the Session whose trace holds the turn it was cut at")
 	fs.Int64Var(&inv.ForkCut, "fork-cut-seq", 0, "a fork's child: the seq of the turn/end its log was cut at")
 }
 

@@ -65,6 +65,17 @@ var childTurn = []agenthost.Event{
 	agenthost.TurnEnd(3, agenthost.StopReasonStop),
 }
 
+// grandchildTurn is the turn of a fork of the fork, after the source's
+// turn 1.
+var grandchildTurn = []agenthost.Event{
+	agenthost.TurnStart(2),
+	agenthost.UserText(2, "Just the cause."),
+	agenthost.ResponseStart(2, 0, model),
+	agenthost.TextDelta(2, 0, 0, "A cold cache."),
+	agenthost.ResponseFinish(2, 0, agenthost.StopReasonStop, nil, usage),
+	agenthost.TurnEnd(2, agenthost.StopReasonStop),
+}
+
 func TestSessionsAsTraces(t *testing.T) {
 	j := jaeger.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -97,17 +108,25 @@ func TestSessionsAsTraces(t *testing.T) {
 		t.Fatalf("fork cut at %d, want turn 2's end %d", cut, turnEnds[1])
 	}
 	appendTurn(ctx, t, child, false, childTurn)
+	// A fork of the fork, cut in the turns the fork copied: its first turn
+	// follows from the source's turn 1, not from anything of the fork's.
+	grandchild, _, err := st.Fork(ctx, env.Client, "default", "chat-fork", fmt.Sprint(turnEnds[0]), "chat-fork-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendTurn(ctx, t, grandchild, false, grandchildTurn)
 
-	source, forked := uidOf(ctx, t, env, "chat"), uidOf(ctx, t, env, "chat-fork")
+	source, forked, forked2 := uidOf(ctx, t, env, "chat"), uidOf(ctx, t, env, "chat-fork"), uidOf(ctx, t, env, "chat-fork-2")
 	want := map[string][][]string{
 		source: {
 			{"invoke_agent chat", "chat claude-sonnet-4-5", "execute_tool read_file", "chat claude-sonnet-4-5"},
 			{"invoke_agent chat", "chat claude-sonnet-4-5"},
 			{"invoke_agent chat", "chat claude-sonnet-4-5"},
 		},
-		forked: {{"invoke_agent chat-fork", "chat claude-sonnet-4-5"}},
+		forked:  {{"invoke_agent chat-fork", "chat claude-sonnet-4-5"}},
+		forked2: {{"invoke_agent chat-fork-2", "chat claude-sonnet-4-5"}},
 	}
-	const total = 4 + 2 + 2 + 2
+	const total = 4 + 2 + 2 + 2 + 2
 	raw := waitRawSpans(ctx, t, j, tel, total)
 	checkOnce(t, raw, total)
 	traces := map[string][]jaeger.Trace{}
@@ -122,6 +141,7 @@ func TestSessionsAsTraces(t *testing.T) {
 	}
 	checkAttributes(t, traces[source], source)
 	checkForkLink(t, traces[forked][0], traces[source][1])
+	checkForkLink(t, traces[forked2][0], traces[source][0])
 	checkOwnSpans(t, j)
 
 	// The source's assembly checkpoint is lost: the next run reads every
@@ -291,7 +311,7 @@ func checkAttributes(t *testing.T, traces []jaeger.Trace, uid string) {
 	}
 }
 
-// checkForkLink: the fork's first turn follows from its source's cut turn.
+// checkForkLink: a fork's first turn follows from the turn it was cut at.
 func checkForkLink(t *testing.T, child, cutTurn jaeger.Trace) {
 	t.Helper()
 	for _, r := range root(child).References {
@@ -299,7 +319,7 @@ func checkForkLink(t *testing.T, child, cutTurn jaeger.Trace) {
 			return
 		}
 	}
-	t.Errorf("the fork's first turn references %v, want a link to its source's turn 2 span %s/%s",
+	t.Errorf("the fork's first turn references %v, want a link to the cut turn's span %s/%s",
 		root(child).References, cutTurn.TraceID, root(cutTurn).SpanID)
 }
 
