@@ -99,17 +99,20 @@ func sessionOf(inv Invocation) turnspans.Identity {
 }
 
 // startRun starts the span of a worker run, a child of the reconcile's
-// in local mode; end ends it with the run's error.
+// in local mode; end ends it with the run's error. Without an export the
+// span records nothing, and its attributes are not even made.
 func startRun(ctx context.Context, inv Invocation) (context.Context, func(error)) {
-	ctx, span := otel.Tracer(telemetry.Scope).Start(ctx, "worker "+string(inv.Task),
-		trace.WithAttributes(
+	ctx, span := otel.Tracer(telemetry.Scope).Start(ctx, "worker "+string(inv.Task))
+	if span.IsRecording() {
+		span.SetAttributes(
 			attribute.String("turnlog.session", inv.Location.Session),
 			attribute.String("k8s.namespace.name", inv.Location.Namespace),
 			attribute.String("turnlog.session.uid", inv.Location.UID),
 			attribute.String("turnlog.worker.task", string(inv.Task)),
 			// The run: what its command line digests to, as its name does.
 			attribute.String("turnlog.worker.invocation", inv.Digest()[:16]),
-		))
+		)
+	}
 	return ctx, func(err error) {
 		if err != nil {
 			span.SetStatus(codes.Error, oneLine(err))
