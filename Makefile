@@ -26,18 +26,26 @@ all: build
 # Ctrl-C even when the program stopped cleanly, and a SIGTERM kills go run
 # without reaching the program, which leaves the local cluster running.
 .PHONY: dev
-dev: control-plane manifests build ## Run turnlog locally: cluster, object store, manager, worker pods (state in ./.turnlog-dev/).
+dev: control-plane manifests build $(if $(JAEGER),jaeger) ## Run turnlog locally: cluster, object store, manager, worker pods (state in ./.turnlog-dev/); JAEGER=1 adds a Jaeger holding their traces.
 	$(GO) build -o $(BIN_DIR)/turnlog-dev ./hack/dev
-	exec $(BIN_DIR)/turnlog-dev --state-dir $(CURDIR)/.turnlog-dev --control-plane $(CONTROL_PLANE_DIR) --crds $(CURDIR)/config/crd/bases --admission-policy $(CURDIR)/config/admission/forkedfrom_policy.yaml --turnlog $(BIN_DIR)/turnlog --pi-package $(CURDIR)/pi-turnlog --pi-dir $(CURDIR)/test/pi/1
+	exec $(BIN_DIR)/turnlog-dev $(if $(JAEGER),--jaeger) --state-dir $(CURDIR)/.turnlog-dev --control-plane $(CONTROL_PLANE_DIR) --crds $(CURDIR)/config/crd/bases --admission-policy $(CURDIR)/config/admission/forkedfrom_policy.yaml --turnlog $(BIN_DIR)/turnlog --pi-package $(CURDIR)/pi-turnlog --pi-dir $(CURDIR)/test/pi/1
 
 .PHONY: test
-test: control-plane node-deps browser prometheus-server pi-deps promtool helm verify-generated vet test-pi test-unit test-examples test-e2e test-soak ## Everything CI runs: generated files, vet, the pi package's tests, unit, envtest and end-to-end suites, a short soak.
+test: control-plane jaeger node-deps browser prometheus-server pi-deps promtool helm verify-generated vet test-pi test-unit test-examples test-e2e test-soak ## Everything CI runs: generated files, vet, the pi package's tests, unit, envtest and end-to-end suites, a short soak.
 
 ##@ Building
 
 .PHONY: control-plane
 control-plane: ## Build etcd, kube-apiserver, kubectl, the kubelet, ... from Go modules (cached; ~9-15 min cold).
 	./hack/controlplane.sh
+
+# The trace tests (test/traces, internal/telemetry) run a real Jaeger, built
+# from its Go module in a module of its own (hack/jaeger) so its
+# dependencies stay out of go.mod; the tests build it themselves if it is
+# missing, this builds it outside go test's -timeout.
+.PHONY: jaeger
+jaeger: ## Build the pinned Jaeger the trace tests and `make dev JAEGER=1` run (cached; ~8 min cold).
+	./hack/jaeger.sh
 
 .PHONY: node-deps
 node-deps: ## Install containerd, runc and the CNI plugins for the local cluster's container node (apt-get, as root).

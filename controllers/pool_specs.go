@@ -103,8 +103,8 @@ func poolDeployment(namespace string, replicas int32, s PoolSettings, digest str
 	container := corev1.Container{
 		Name:  "worker",
 		Image: s.Image,
-		Args: []string{"worker", "serve", "--endpoint=" + s.Endpoint, "--namespace=" + namespace,
-			fmt.Sprintf("--runs=%d", s.RunsPerPod)},
+		Args: append([]string{"worker", "serve", "--endpoint=" + s.Endpoint, "--namespace=" + namespace,
+			fmt.Sprintf("--runs=%d", s.RunsPerPod)}, s.OTLP.Args()...),
 		Env: []corev1.EnvVar{
 			{Name: worker.EnvPod, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
 			{Name: worker.EnvToken, ValueFrom: secretKey("token")},

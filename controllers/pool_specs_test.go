@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
 
+	"github.com/turnlog/turnlog/internal/telemetry"
+
 	"github.com/turnlog/turnlog/internal/worker"
 )
 
@@ -39,6 +41,7 @@ func TestPoolSpecsGolden(t *testing.T) {
 				Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")},
 			},
 			Endpoint: "https://10.0.0.7:9444", CertPEM: []byte("CERT"), RunsPerPod: 2,
+			OTLP: telemetry.Flags{Endpoint: "http://otel-collector.observability:4318", CaptureContent: true},
 		}},
 		{"defaults", 1, PoolSettings{
 			Image: "ghcr.io/turnlog/turnlog:v1", Endpoint: "https://turnlog-worker-endpoint.turnlog-system.svc:9444",

@@ -27,6 +27,7 @@ import (
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/internal/derived"
+	"github.com/turnlog/turnlog/internal/telemetry"
 	"github.com/turnlog/turnlog/internal/workerpool"
 )
 
@@ -59,6 +60,8 @@ type PoolSettings struct {
 	// Namespaces are the namespaces the manager watches (--watch-namespace);
 	// empty: every namespace.
 	Namespaces []string
+	// OTLP is the manager's trace export, which its worker pods share.
+	OTLP telemetry.Flags
 
 	// shard is Config.Shard, which Setup copies here: it names and labels
 	// the shard's own worker Deployments.

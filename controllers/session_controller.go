@@ -104,6 +104,8 @@ func (r *SessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 }
 
 func (r *SessionReconciler) reconcile(ctx context.Context, req ctrl.Request) outcome.Outcome {
+	ctx, span := startReconcile(ctx, "Session", req)
+	defer span.End()
 	session := &turnlogv1.Session{}
 	if err := r.Get(ctx, req.NamespacedName, session); err != nil {
 		return outcome.Retry(client.IgnoreNotFound(err))
@@ -176,7 +178,7 @@ func (r *SessionReconciler) runSteps(ctx, storeCtx context.Context, s *sessionSc
 		{r.reconcileDerived, storeCtx},
 		{r.reconcileWork, ctx},
 	} {
-		if err := step.run(step.ctx, s); err != nil || s.ready != nil {
+		if err := traceStep(step.ctx, step.run, s); err != nil || s.ready != nil {
 			return err
 		}
 	}

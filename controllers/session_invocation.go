@@ -27,6 +27,10 @@ func (s *sessionScope) workerRun() WorkerRun {
 // from its spec, its store and its location.
 func workerInvocation(session *turnlogv1.Session, task derived.Task, storeURL string, loc sessionlog.Location) worker.Invocation {
 	inv := worker.Invocation{Task: task, StoreURL: storeURL, Location: loc, Target: sessionio.Target(session.Spec.Adapter)}
+	if from := session.Spec.ForkedFrom; from != nil && task == derived.TaskAssemble {
+		// The turns through the cut are in its sources' traces.
+		inv.ForkSource, inv.ForkCut = cutTurnOwner(session), from.CutSeq
+	}
 	if from := session.Spec.ForkedFrom; from != nil && task == derived.TaskReplay && inv.Target.DropsRefused() {
 		// The responses through the cut were requested by the source's
 		// host, from its transcript (docs/log-format.md): with every block

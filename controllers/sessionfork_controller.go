@@ -97,6 +97,8 @@ func (r *SessionForkReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 }
 
 func (r *SessionForkReconciler) reconcile(ctx context.Context, req ctrl.Request) outcome.Outcome {
+	ctx, span := startReconcile(ctx, "SessionFork", req)
+	defer span.End()
 	fork := &turnlogv1.SessionFork{}
 	if err := r.Get(ctx, req.NamespacedName, fork); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -143,7 +145,7 @@ func (r *SessionForkReconciler) runSteps(ctx context.Context, s *forkScope) erro
 		r.reconcileChild,
 		r.reconcileCopy,
 	} {
-		if err := step(ctx, s); err != nil {
+		if err := traceStep(ctx, step, s); err != nil {
 			return err
 		}
 		if s.status != metav1.ConditionUnknown || s.result.RequeueAfter > 0 {
@@ -338,7 +340,8 @@ func (r *SessionForkReconciler) reconcileChild(ctx context.Context, s *forkScope
 		adapter.RefusedBlocks = v
 	}
 	child := &turnlogv1.Session{
-		ObjectMeta: metav1.ObjectMeta{Name: childName(s.fork), Namespace: s.fork.Namespace, Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Name: childName(s.fork), Namespace: s.fork.Namespace, Labels: labels,
+			Annotations: map[string]string{turnlogv1.AnnotationTraceLineage: childLineage(s.source, s.point.CutSeq)}},
 		Spec: turnlogv1.SessionSpec{
 			Adapter:   adapter,
 			Storage:   s.source.Spec.Storage, // CopyPrefix copies inside one store

@@ -61,6 +61,12 @@ const (
 	// AnnotationRequestedAt nudges the Session controller to look at the log
 	// now (set by `turnlog import` and `turnlog append` after a write).
 	AnnotationRequestedAt = "turnlog.dev/requested-at"
+	// AnnotationTraceLineage is set by the fork controller on a child
+	// Session: whose turns its log starts with, as space-separated
+	// UID:SEQ entries, its first source's first, each Session's turns
+	// going through SEQ. It says whose trace holds the turn a fork was cut
+	// at (docs/observability.md, "Traces"), and nothing else reads it.
+	AnnotationTraceLineage = "turnlog.dev/trace-lineage"
 )
 
 // Session condition reasons.

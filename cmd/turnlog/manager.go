@@ -28,6 +28,7 @@ import (
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/controllers"
+	"github.com/turnlog/turnlog/internal/telemetry"
 )
 
 func init() {
@@ -62,6 +63,11 @@ func runManager(ctx context.Context, args []string, _ io.Reader, _, stderr io.Wr
 		return fail(stderr, "manager", err)
 	}
 	defer closeWithin(stores, 5*time.Second)
+	tel, err := telemetry.Start(ctx, f.otlp, "turnlog-manager")
+	if err != nil {
+		return fail(stderr, "manager", err)
+	}
+	defer func() { _ = tel.Shutdown(ctx) }()
 	mgr, err := f.newManager()
 	if err != nil {
 		return fail(stderr, "manager", err)
@@ -110,9 +116,11 @@ type managerFlags struct {
 	workerPodRuns                     int
 	workerIdle                        time.Duration
 	limits                            controllers.Limits
+	otlp                              telemetry.Flags
 }
 
 func (f *managerFlags) bind(fs *flag.FlagSet) {
+	f.otlp.Bind(fs)
 	fs.StringVar(&f.metricsAddr, "metrics-bind-address", "0", "address of the metrics endpoint, e.g. :8443 (HTTPS) or :8080 (HTTP); 0 disables it")
 	fs.BoolVar(&f.secureMetrics, "metrics-secure", true, "serve metrics over HTTPS, authenticated and authorized through the API server")
 	fs.BoolVar(&f.http2, "enable-http2", false, "serve metrics over HTTP/2 too (off: HTTP/2 Rapid Reset and Stream Cancellation CVEs)")
@@ -192,6 +200,8 @@ func (f *managerFlags) check() (corev1.ResourceRequirements, error) {
 		return resources, fmt.Errorf("--worker-pod-runs %d: must be at least 1", f.workerPodRuns)
 	case f.workerIdle <= 0:
 		return resources, fmt.Errorf("--worker-idle-timeout %s: must be positive", f.workerIdle)
+	case f.otlp.Check() != nil:
+		return resources, f.otlp.Check()
 	}
 	return resources, checkLimits(f.limits)
 }
@@ -266,6 +276,7 @@ func (f *managerFlags) poolSettings(resources corev1.ResourceRequirements) (cont
 		Image: f.workerImage, ServiceAccount: f.workerSA, CredentialsSecret: f.workerSecret, Resources: resources,
 		Endpoint: endpoint, Listen: f.workerListen,
 		RunsPerPod: f.workerPodRuns, IdleTimeout: f.workerIdle, MaxRunTime: f.workerDeadline, Namespaces: f.namespaces,
+		OTLP: f.otlp,
 	}, nil
 }
 

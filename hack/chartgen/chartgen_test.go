@@ -89,7 +89,8 @@ func TestChartValues(t *testing.T) {
 	helm := helmBinary(t)
 	objects := helmTemplate(t, helm, "--set", "image.repository=registry.example.com/turnlog", "--set", "image.tag=v1",
 		"--set", "credentialsSecret=", "--set", "limits.namespaceWorkerRuns=4", "--set", "limits.namespaceReconcileRate=0.5",
-		"--set", "extraArgs={--poll-interval=30s}", "--set", "resources.limits.memory=1Gi", "--set-string", "stores=default s3://b?region=eu-west-1\n")
+		"--set", "extraArgs={--poll-interval=30s}", "--set", "resources.limits.memory=1Gi", "--set-string", "stores=default s3://b?region=eu-west-1\n",
+		"--set", "otlp.endpoint=http://collector:4317", "--set", "otlp.protocol=grpc", "--set", "otlp.captureContent=true")
 	var manager, stores object
 	for _, o := range objects {
 		switch objectKey(o) {
@@ -108,7 +109,8 @@ func TestChartValues(t *testing.T) {
 		t.Errorf("image %v, env %v: want %s for the manager and its workers", c["image"], c["env"], image)
 	}
 	args := c["args"].([]any)
-	for _, want := range []string{"--namespace-worker-runs=4", "--namespace-reconcile-rate=0.5", "--poll-interval=30s"} {
+	for _, want := range []string{"--namespace-worker-runs=4", "--namespace-reconcile-rate=0.5", "--poll-interval=30s",
+		"--otlp-endpoint=http://collector:4317", "--otlp-protocol=grpc", "--otlp-capture-content"} {
 		if !slices.Contains(args, any(want)) {
 			t.Errorf("args %v lack %s", args, want)
 		}

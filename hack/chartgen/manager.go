@@ -78,8 +78,8 @@ func templateWorkerImage(c map[string]any, image string) error {
 
 // templateArgs keeps config/'s arguments in their order, the credentials
 // Secret's only if one is set, then adds the fairness limits, watched
-// namespaces (after the others, where config/namespaced appends them) and
-// extraArgs.
+// namespaces (after the others, where config/namespaced appends them), the
+// OTLP export and extraArgs.
 func templateArgs(c map[string]any, values *chartValues) (blockFunc, error) {
 	args, _ := c["args"].([]any)
 	var lines []string
@@ -113,6 +113,15 @@ func templateArgs(c map[string]any, values *chartValues) (blockFunc, error) {
 		"{{- end }}",
 		ifSharded,
 		"- --shard={{ $shard }}",
+		"{{- end }}",
+		"{{- with $.Values.otlp.endpoint }}",
+		"- --otlp-endpoint={{ . }}",
+		"{{- end }}",
+		"{{- with $.Values.otlp.protocol }}",
+		"- --otlp-protocol={{ . }}",
+		"{{- end }}",
+		"{{- if $.Values.otlp.captureContent }}",
+		"- --otlp-capture-content",
 		"{{- end }}",
 		"{{- range $.Values.extraArgs }}",
 		"- {{ . | quote }}",

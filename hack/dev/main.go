@@ -2,8 +2,9 @@
 // runtime: a local cluster (etcd, kube-apiserver, kube-controller-manager,
 // kube-scheduler and a node whose pods are local processes), a file:// object
 // store, and `turnlog manager` in pod worker mode, so assembly and replay run
-// in real worker pods that stay while the namespace is busy. It imports a sample session and prints the commands to try
-// next. State lives under --state-dir and survives a restart; Ctrl-C stops
+// in real worker pods that stay while the namespace is busy. With --jaeger
+// it also runs a Jaeger the manager and the worker pods export their traces
+// to. It imports a sample session and prints the commands to try next. State lives under --state-dir and survives a restart; Ctrl-C stops
 // everything.
 package main
 
@@ -20,6 +21,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/turnlog/turnlog/internal/telemetry"
+	"github.com/turnlog/turnlog/internal/testutil/jaeger"
 	"github.com/turnlog/turnlog/test/localcluster"
 )
 
@@ -50,6 +53,7 @@ func run(ctx context.Context) error {
 	sample := flag.String("sample", "config/samples/support-chat.jsonl", "log imported as Session support-chat on first start")
 	piPackage := flag.String("pi-package", "pi-turnlog", "the pi package that records pi sessions into turnlog (printed for pi users)")
 	piDir := flag.String("pi-dir", "test/pi/1", "where `make pi-deps` installs pi 1.x and its node (printed for pi users)")
+	withJaeger := flag.Bool("jaeger", false, "run a Jaeger (make jaeger) and export the manager's and worker pods' traces to it")
 	flag.Parse()
 
 	stateDir, err := filepath.Abs(*stateDirFlag)
@@ -89,8 +93,17 @@ func run(ctx context.Context) error {
 		}
 	}()
 
+	var otlpArgs []string
+	if *withJaeger {
+		j, err := startJaeger(stateDir)
+		if err != nil {
+			return err
+		}
+		defer j.Stop()
+		otlpArgs = []string{"--otlp-endpoint=" + j.OTLPHTTP, "--otlp-protocol=http/protobuf"}
+	}
 	managerLog := filepath.Join(stateDir, "manager.log")
-	manager, err := startManager(bin, cluster.Kubeconfig, storeURL, managerLog)
+	manager, err := startManager(bin, cluster.Kubeconfig, storeURL, managerLog, otlpArgs...)
 	if err != nil {
 		return err
 	}
@@ -139,9 +152,26 @@ Press Ctrl-C to stop; state is kept in %s.
 	}
 }
 
+// startJaeger runs Jaeger (built by `make jaeger`) with its log in
+// stateDir and says where its query API is. Its UI is not part of its Go
+// module: the API answers, its page is a placeholder.
+func startJaeger(stateDir string) (*jaeger.Jaeger, error) {
+	bin, err := jaeger.Binary(func(msg string) { fmt.Println(msg) })
+	if err != nil {
+		return nil, err
+	}
+	j, err := jaeger.Run(bin, stateDir)
+	if err != nil {
+		return nil, fmt.Errorf("starting Jaeger: %w", err)
+	}
+	fmt.Printf("Jaeger is running: the Sessions' turns are traces of service %s, turnlog's own work of turnlog-manager and turnlog-worker:\n"+
+		"  curl '%s/api/traces?service=%s&limit=20'\n", telemetry.SessionsService, j.Query, telemetry.SessionsService)
+	return j, nil
+}
+
 // startManager runs `turnlog manager` against the local cluster with its
-// output in logPath.
-func startManager(bin, kubeconfig, storeURL, logPath string) (*exec.Cmd, error) {
+// output in logPath, and extra arguments.
+func startManager(bin, kubeconfig, storeURL, logPath string, extra ...string) (*exec.Cmd, error) {
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
@@ -164,6 +194,7 @@ func startManager(bin, kubeconfig, storeURL, logPath string) (*exec.Cmd, error) 
 		"--metrics-bind-address=0",
 		"--health-probe-bind-address=0",
 	)
+	cmd.Args = append(cmd.Args, extra...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {

@@ -14,6 +14,7 @@
 //	                                            listing the transcript's parts
 //	derived/transcript/<target>/<from>-<to>.jsonl
 //	                                            a part: consecutive messages of the transcript
+//	derived/traces/exported.json                how far the turns' spans were exported (TracesMarkName)
 //
 // <target> is a hash of the replay target, release line included
 // (TranscriptDir), so a Session whose spec.adapter changes starts a new

@@ -22,6 +22,12 @@ const maxAssemblyPartBytes = 1 << 20
 // log read), and records where the log's head, turns and last turn/end
 // are. It does nothing when the head has not moved.
 func Assemble(ctx context.Context, log derived.Log) (derived.Summary, error) {
+	return AssembleWith(ctx, log, AssembleOptions{})
+}
+
+// AssembleWith is Assemble, exporting the turns it commits as spans when
+// the process exports traces (traces.go).
+func AssembleWith(ctx context.Context, log derived.Log, opts AssembleOptions) (derived.Summary, error) {
 	ck, err := derived.OpenAssembly(ctx, log)
 	if err != nil {
 		return derived.Summary{}, err
@@ -29,7 +35,8 @@ func Assemble(ctx context.Context, log derived.Log) (derived.Summary, error) {
 	if ck.Head <= ck.Summary.ScannedThrough {
 		return ck.Summary, nil
 	}
-	r := &assemblyRun{ctx: ctx, ck: ck, a: assembler.New(ck.State.SessionAdapter), committed: emptyResult()}
+	r := &assemblyRun{ctx: ctx, ck: ck, a: assembler.New(ck.State.SessionAdapter), committed: emptyResult(),
+		trace: opts.turnTrace(ctx, log, prevTurnEnd(ck.Summary))}
 	for e, err := range log.Events(ctx, ck.From) {
 		if err != nil {
 			return derived.Summary{}, fmt.Errorf("read the log: %w", err)
@@ -63,6 +70,7 @@ type assemblyRun struct {
 	committed, open assembler.Result
 	openTurn        bool
 	read            int
+	trace           *turnTrace
 }
 
 // emptyResult is a Result that encodes its lists as [], not null.
@@ -74,6 +82,7 @@ func emptyResult() assembler.Result {
 func (r *assemblyRun) take(e *turnlog.Event) error {
 	r.ck.Summary.ScannedThrough = e.Seq
 	r.read += len(e.Raw)
+	r.trace.add(e)
 	out := r.a.Add(e)
 	if out.Message != nil {
 		r.open.Messages = append(r.open.Messages, *out.Message)
@@ -136,5 +145,9 @@ func (r *assemblyRun) commit() error {
 	if r.openTurn {
 		r.ck.Summary.Turns++
 	}
-	return r.ck.Commit(r.ctx)
+	if err := r.ck.Commit(r.ctx); err != nil {
+		return err
+	}
+	r.trace.committed(r.ctx)
+	return nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/turnlog/turnlog/internal/sessionlog"
 	"github.com/turnlog/turnlog/internal/store"
+	"github.com/turnlog/turnlog/internal/telemetry"
 	"github.com/turnlog/turnlog/internal/turnlog"
 )
 
@@ -39,6 +40,13 @@ type Invocation struct {
 	// SentKeptThrough is a fork child's cut (spec.forkedFrom.cutSeq): the
 	// responses through it were requested by the source's host.
 	SentKeptThrough int64
+	// ForkCut is a fork child's cut (spec.forkedFrom.cutSeq): the turns
+	// through it are its sources', and so are their spans. ForkSource is
+	// the UID of the Session whose trace holds the turn the cut ends (its
+	// source's, or the source's own source's for a cut in the turns the
+	// source copied); empty for a Session that is no fork's.
+	ForkSource string
+	ForkCut    int64
 }
 
 // flags binds every flag of the worker command line to a field of inv:
@@ -56,6 +64,8 @@ func (inv *Invocation) flags(fs *flag.FlagSet) {
 	fs.StringVar(&inv.Target.ReleaseLine, "target-release-line", "", `pi-ai release line whose rules replay follows: "1" or "0.73"; empty: the log's, else "1"`)
 	fs.StringVar(&inv.Target.RefusedBlocks, "target-refused-blocks", "", `what replay does with thinking blocks the provider refused: "Keep" (as pi does; empty) or "Drop"`)
 	fs.Int64Var(&inv.SentKeptThrough, "sent-kept-through", 0, "a fork's cut: the responses through this seq were requested by the source's host, with every block kept")
+	fs.StringVar(&inv.ForkSource, "fork-source-uid", "", "a fork's child: the UID of the Session whose trace holds the turn it was cut at")
+	fs.Int64Var(&inv.ForkCut, "fork-cut-seq", 0, "a fork's child: the seq of the turn/end its log was cut at")
 }
 
 // Args is the invocation's command line after the binary's name:
@@ -125,6 +135,9 @@ func ParseArgs(args []string, stderr io.Writer) (Invocation, error) {
 	case inv.SentKeptThrough < 0:
 		fmt.Fprintf(stderr, "turnlog worker: --sent-kept-through: %d is not a seq\n", inv.SentKeptThrough)
 		return inv, errUsage
+	case inv.ForkCut < 0:
+		fmt.Fprintf(stderr, "turnlog worker: --fork-cut-seq: %d is not a seq\n", inv.ForkCut)
+		return inv, errUsage
 	}
 	return inv, nil
 }
@@ -150,14 +163,19 @@ func OpenStore(ctx context.Context, url string, loc sessionlog.Location) (derive
 
 // Execute runs the invocation a command line names (see Invocation) on the
 // log open gives for it.
-func Execute(ctx context.Context, inv Invocation, open Opener) (derived.Summary, error) {
+func Execute(ctx context.Context, inv Invocation, open Opener) (sum derived.Summary, err error) {
+	ctx, end := startRun(ctx, inv)
+	defer func() { end(err) }()
 	log, closeLog, err := open(ctx, inv.StoreURL, inv.Location)
 	if err != nil {
 		return derived.Summary{}, err
 	}
 	defer func() { _ = closeLog() }()
-	if inv.Task == derived.TaskReplay {
+	switch inv.Task {
+	case derived.TaskReplay:
 		return ReplayWith(ctx, log, inv.Target, ReplayOptions{SentKeptThrough: inv.SentKeptThrough})
+	case derived.TaskAssemble:
+		return AssembleWith(ctx, log, AssembleOptions{Session: sessionOf(inv)})
 	}
 	return Run(ctx, inv.Task, log, inv.Target)
 }
@@ -177,6 +195,12 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	} else if err != nil {
 		return 2
 	}
+	// A run on its own exports traces by the OTEL_EXPORTER_OTLP_* variables.
+	tel, err := telemetry.Start(ctx, telemetry.Flags{}, "turnlog-worker")
+	if err != nil {
+		fmt.Fprintf(stderr, "turnlog worker: exporting no traces: %v\n", err)
+	}
+	defer func() { _ = tel.Shutdown(ctx) }()
 	sum, err := Execute(ctx, inv, OpenStore)
 	if err != nil {
 		msg := fmt.Sprintf("%s %s: %v", inv.Task, inv.Location, err)

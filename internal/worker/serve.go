@@ -14,6 +14,7 @@ import (
 	"github.com/turnlog/turnlog/internal/derived"
 	"github.com/turnlog/turnlog/internal/sessionlog"
 	"github.com/turnlog/turnlog/internal/store"
+	"github.com/turnlog/turnlog/internal/telemetry"
 	"github.com/turnlog/turnlog/internal/workerpool"
 )
 
@@ -38,6 +39,8 @@ func Serve(ctx context.Context, args []string, stderr io.Writer) int {
 	endpoint := fs.String("endpoint", "", "the manager's worker endpoint, https://HOST:PORT")
 	namespace := fs.String("namespace", "", "the namespace whose runs this pod takes")
 	runs := fs.Int("runs", 1, "runs this pod works on at once")
+	var otlp telemetry.Flags
+	otlp.Bind(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: turnlog worker serve --endpoint URL --namespace NS [--runs N]\n(%s and %s from the environment)\n", EnvToken, EnvCA)
 		fs.PrintDefaults()
@@ -58,6 +61,9 @@ func Serve(ctx context.Context, args []string, stderr io.Writer) int {
 		return 2
 	case *runs < 1:
 		fmt.Fprintf(stderr, "turnlog worker serve: --runs %d: must be at least 1\n", *runs)
+		return 2
+	case otlp.Check() != nil:
+		fmt.Fprintf(stderr, "turnlog worker serve: %v\n", otlp.Check())
 		return 2
 	}
 	if pod == "" {
@@ -80,6 +86,11 @@ func Serve(ctx context.Context, args []string, stderr io.Writer) int {
 	logf := func(format string, a ...any) {
 		fmt.Fprintf(stderr, "%s turnlog worker: %s\n", time.Now().UTC().Format(time.RFC3339), fmt.Sprintf(format, a...))
 	}
+	tel, err := telemetry.Start(ctx, otlp, "turnlog-worker")
+	if err != nil {
+		logf("exporting no traces: %v", err)
+	}
+	defer func() { _ = tel.Shutdown(ctx) }()
 	logf("taking namespace %s's runs from %s as pod %s, %d at a time", *namespace, *endpoint, pod, *runs)
 	err = workerpool.Serve(ctx, client, workerpool.ServeOptions{
 		Runs: *runs, Logf: logf,

@@ -27,14 +27,14 @@ type memLog struct {
 	onPut func(name string, data []byte)
 }
 
-func newMemLog(t *testing.T, data []byte) *memLog {
+func newMemLog(t testing.TB, data []byte) *memLog {
 	t.Helper()
 	l := &memLog{objects: map[string][]byte{}}
 	l.append(t, data)
 	return l
 }
 
-func (l *memLog) append(t *testing.T, data []byte) {
+func (l *memLog) append(t testing.TB, data []byte) {
 	t.Helper()
 	r := turnlog.NewReaderWith(bytes.NewReader(data), turnlog.NewValidatorAt(int64(len(l.events))))
 	for e, err := range r.All() {
