@@ -291,22 +291,3 @@ func turnsOf(log []byte) [][]byte {
 func eventsIn(fragment []byte) int64 {
 	return int64(bytes.Count(fragment, []byte("\n")))
 }
-
-// policyHash is the hash config/shards' admission policy computes in CEL,
-// written again in Go: the specs check that the API server's labels are
-// what it gives, so that the balance measured below is the policy's.
-func policyHash(key string) int64 {
-	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789-./"
-	var sum int64
-	for i := range len(key) {
-		x := int64(strings.IndexByte(alphabet, key[i])) + 1 + 64*int64(i)
-		sum += ((x*2654435761+97)%4294967291%2147483647*1103515245 + 12345) % 2147483648 / 65536
-	}
-	return sum
-}
-
-// policyShard is the shard the policy gives the object key (namespace/name)
-// among shards.
-func policyShard(key string, shards []string) string {
-	return shards[policyHash(key)%int64(len(shards))]
-}

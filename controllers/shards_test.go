@@ -22,6 +22,7 @@ import (
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/internal/kubeapply"
 	"github.com/turnlog/turnlog/internal/testutil/loggen"
+	"github.com/turnlog/turnlog/internal/testutil/shardpolicy"
 	"github.com/turnlog/turnlog/internal/turnlog"
 )
 
@@ -138,7 +139,7 @@ var _ = Describe("Shards", Ordered, func() {
 		Expect(byShard).To(HaveLen(3), "the policy spreads 24 Sessions over the 3 shards of turnlog-shards")
 		for shard, sessions := range byShard {
 			for _, s := range sessions {
-				Expect(shard).To(Equal(policyShard(s.Namespace+"/"+s.Name, []string{"0", "1", "2"})), "the shard of %s/%s", s.Namespace, s.Name)
+				Expect(shard).To(Equal(shardpolicy.Shard(s.Namespace+"/"+s.Name, []string{"0", "1", "2"})), "the shard of %s/%s", s.Namespace, s.Name)
 				current(s.Namespace, s.Name, eventsIn(logOf(written)))
 			}
 		}
@@ -357,7 +358,7 @@ func TestShardPolicyBalance(t *testing.T) {
 			}
 			count := map[string]int{}
 			for _, key := range keys[kind] {
-				count[policyShard(key, shards)]++
+				count[shardpolicy.Shard(key, shards)]++
 			}
 			even := float64(len(keys[kind])) / float64(n)
 			least, most := math.Inf(1), 0.0

@@ -97,6 +97,7 @@ func runManager(ctx context.Context, args []string, _ io.Reader, _, stderr io.Wr
 type managerFlags struct {
 	metricsAddr, probeAddr            string
 	secureMetrics, http2, leaderElect bool
+	leaderElectionNamespace           string
 	storeURL, storesFile              string
 	stores                            []controllers.StoreConfig
 	namespaces                        []string
@@ -126,6 +127,7 @@ func (f *managerFlags) bind(fs *flag.FlagSet) {
 	fs.BoolVar(&f.http2, "enable-http2", false, "serve metrics over HTTP/2 too (off: HTTP/2 Rapid Reset and Stream Cancellation CVEs)")
 	fs.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints")
 	fs.BoolVar(&f.leaderElect, "leader-elect", false, "elect a leader, so that only one manager reconciles at a time")
+	fs.StringVar(&f.leaderElectionNamespace, "leader-election-namespace", "", "namespace of the Lease the replicas elect their leader with (--leader-elect); default: the manager pod's own, which a manager run outside the cluster does not have")
 	fs.StringVar(&f.storeURL, "store-url", "", "URL of the store named \"default\", the store of Sessions without spec.storage.store (s3://, gs://, azblob://, file://, mem://)")
 	fs.Func("store", "a named store Sessions can pick with spec.storage.store, as NAME=URL (repeatable)", func(v string) error {
 		sc, err := controllers.ParseStoreFlag(v)
@@ -225,11 +227,12 @@ func (f *managerFlags) newManager() (ctrl.Manager, error) {
 		return nil, err
 	}
 	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsOpts,
-		HealthProbeBindAddress: f.probeAddr,
-		LeaderElection:         f.leaderElect,
-		LeaderElectionID:       controllers.LeaderElectionID(f.shard),
+		Scheme:                  scheme,
+		Metrics:                 metricsOpts,
+		HealthProbeBindAddress:  f.probeAddr,
+		LeaderElection:          f.leaderElect,
+		LeaderElectionID:        controllers.LeaderElectionID(f.shard),
+		LeaderElectionNamespace: f.leaderElectionNamespace,
 		// Within the Deployment's terminationGracePeriodSeconds: reconciles
 		// that do not end by then are abandoned, not waited for.
 		GracefulShutdownTimeout: ptr.To(shutdownGrace),

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -109,7 +110,7 @@ var _ = Describe("the one-file install of the locally built image", func() {
 // reads in namespace (config/manager's turnlog-store-credentials), and the
 // namespace if it does not exist yet. A Secret an earlier install left
 // there holds the same keys.
-func createStoreCredentials(ctx SpecContext, namespace string) {
+func createStoreCredentials(ctx context.Context, namespace string) {
 	GinkgoHelper()
 	if _, err := tryKubectl("get", "namespace", namespace); err != nil {
 		kubectl("create", "namespace", namespace)

@@ -38,9 +38,25 @@ func tryKubectl(args ...string) (string, error) {
 // tryKubectlWithInput is tryKubectl with stdin, e.g. a manifest for
 // `kubectl apply -f -`.
 func tryKubectlWithInput(stdin []byte, args ...string) (string, error) {
+	return runKubectl(env.namespace, stdin, args...)
+}
+
+// kubectlAllNamespaces runs kubectl with no --namespace, as a user types
+// `kubectl ... -A`, and returns its stdout; it must succeed. (Beside an
+// explicit --namespace, `kubectl delete -A -l ...` refuses the objects of
+// other namespaces.)
+func kubectlAllNamespaces(args ...string) string {
+	GinkgoHelper()
+	out, err := runKubectl("", nil, append(args, "--all-namespaces")...)
+	Expect(err).NotTo(HaveOccurred())
+	return out
+}
+
+// runKubectl runs kubectl with stdin, in namespace unless it is empty.
+func runKubectl(namespace string, stdin []byte, args ...string) (string, error) {
 	full := []string{"--kubeconfig", env.kubeconfig}
-	if env.namespace != "" {
-		full = append(full, "--namespace", env.namespace)
+	if namespace != "" {
+		full = append(full, "--namespace", namespace)
 	}
 	cmd := exec.Command(env.kubectl, append(full, args...)...)
 	cmd.Stdin = bytes.NewReader(stdin)
@@ -69,7 +85,8 @@ func kubectlWithInput(stdin []byte, args ...string) string {
 }
 
 // turnlog runs the built turnlog CLI (import, export) against the suite's
-// cluster, namespace and store, and returns its stdout.
+// cluster, namespace (unless args name another: the last -n counts) and
+// store, and returns its stdout.
 func turnlog(command string, args ...string) string {
 	GinkgoHelper()
 	return turnlogWithInput(nil, command, args...)

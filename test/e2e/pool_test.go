@@ -18,12 +18,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/turnlog/turnlog/agenthost"
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
@@ -84,17 +81,8 @@ var _ = Describe("worker pods (container node)", func() {
 		// sees is the manager's.
 		created := watchPoolCreated(ns)
 
-		scheme := k8sruntime.NewScheme()
-		Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
-		Expect(turnlogv1.AddToScheme(scheme)).To(Succeed())
-		kube, err := client.New(env.cluster.RESTConfig, client.Options{Scheme: scheme})
-		Expect(err).NotTo(HaveOccurred())
-
-		st, err := agenthost.OpenStore(ctx, env.storeURL, &agenthost.StoreOptions{
-			AccessKeyID: env.storeCredentials["AWS_ACCESS_KEY_ID"], SecretAccessKey: env.storeCredentials["AWS_SECRET_ACCESS_KEY"],
-		})
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(st.Close)
+		kube := kubeClient()
+		st := openHostStore(ctx)
 		const session = "pool-chat"
 		log, err := st.CreateSession(ctx, kube, ns, session, hostturn.Model)
 		Expect(err).NotTo(HaveOccurred())
