@@ -55,9 +55,12 @@ function readyCell(s) {
   return el("td", { class: "ready ready-" + s.ready, title: s.message || "" }, text);
 }
 
-function causesText(s) {
+// causesText is a Session's degraded messages by cause, and with
+// refused its count of refused blocks.
+function causesText(s, refused) {
   const parts = (s.causes || []).map((c) => c.cause + ":" + c.seqs.join(","));
   if (s.moreDegraded > 0) parts.push("(+" + s.moreDegraded + " more)");
+  if (refused && s.refused > 0) parts.push("refused:" + s.refused);
   return parts.length ? parts.join(" ") : "-";
 }
 
@@ -78,6 +81,52 @@ function sessionsPage() {
   const filters = {};
   for (const f of listFilters) if (params.get(f)) filters[f] = params.get(f);
   setCrumbs("Sessions");
+  const status = el("p", { id: "stream-error", class: "error", hidden: true });
+  const scopeNote = el("p", { id: "scope-note", class: "note", hidden: true });
+  const searchNote = el("p", { id: "search-note", class: "muted", hidden: true });
+  const tbody = el("tbody");
+  const searching = !!filters.text;
+  const where = all ? "in any namespace you may list" : "in namespace " + ns;
+  const empty = el("p", { class: "muted", id: "no-sessions", hidden: true },
+    Object.keys(filters).length ? "No Sessions " + where + " match the filters." : "No Sessions " + where + ".");
+  const heads = ["Namespace", "Name", "Ready", "Head", "Turns", "Context", "Degraded", "Causes", "Forked from"].concat(searching ? ["Last user message"] : []);
+  main.replaceChildren(
+    el("h2", {}, "Sessions"),
+    ...filterBar(all, ns, filters),
+    scopeNote, status, searchNote,
+    el("table", { id: "sessions" }, el("thead", {}, el("tr", {}, heads.map((h) => el("th", {}, h)))), tbody),
+    empty);
+  const rows = new Map();
+  const redraw = () => {
+    const keys = [...rows.keys()].sort();
+    tbody.replaceChildren(...keys.map((k) => rows.get(k)));
+    empty.hidden = keys.length > 0;
+  };
+  const src = watchSessions(all ? "" : ns, {
+    scope: (sc) => { scopeNote.hidden = !sc.note; scopeNote.textContent = sc.note || ""; },
+    snapshot: (list) => {
+      status.hidden = true;
+      rows.clear();
+      for (const s of list) rows.set(s.namespace + "/" + s.name, sessionRow(s, searching));
+      redraw();
+    },
+    search: (r) => {
+      const parts = ["Searched the last user message of " + r.searched + (r.searched === 1 ? " Session." : " Sessions.")];
+      if (r.unsearched) parts.push(r.unsearched + " not searched: a list reads at most " + r.maxReads + " logs — narrow it by namespace, name or label first.");
+      if (r.failed) parts.push(r.failed + " could not be read (" + r.error + ").");
+      searchNote.hidden = false;
+      searchNote.textContent = parts.join(" ");
+    },
+    upsert: (s) => { rows.set(s.namespace + "/" + s.name, sessionRow(s, searching)); redraw(); },
+    delete: (s) => { rows.delete(s.namespace + "/" + s.name); redraw(); },
+    error: (e) => { status.hidden = false; status.textContent = e.error; },
+    invalid: (e) => { src.close(); setLive(false, ""); status.hidden = false; status.textContent = e.error; },
+  }, filters);
+}
+
+// filterBar is the namespace and the filters of the Sessions list; a
+// change loads the list again with them in its query.
+function filterBar(all, ns, filters) {
   const nsInput = el("input", { type: "text", id: "namespace", value: ns, "aria-label": "namespace", disabled: all });
   const allBox = el("input", { type: "checkbox", id: "all-namespaces", checked: all });
   const fields = {
@@ -100,70 +149,35 @@ function sessionsPage() {
     location.search = q.toString();
   };
   for (const input of [nsInput, allBox, ...Object.values(fields)]) input.addEventListener("change", apply);
-  const status = el("p", { id: "stream-error", class: "error", hidden: true });
-  const scopeNote = el("p", { id: "scope-note", class: "note", hidden: true });
-  const searchNote = el("p", { id: "search-note", class: "muted", hidden: true });
-  const tbody = el("tbody");
-  const searching = !!filters.text;
-  const narrowed = Object.keys(filters).length > 0;
-  const where = all ? "in any namespace you may list" : "in namespace " + ns;
-  const empty = el("p", { class: "muted", id: "no-sessions", hidden: true }, (narrowed ? "No Sessions " + where + " match the filters." : "No Sessions " + where + "."));
-  const heads = ["Namespace", "Name", "Ready", "Head", "Turns", "Context", "Degraded", "Causes", "Forked from"].concat(searching ? ["Last user message"] : []);
-  main.replaceChildren(
-    el("h2", {}, "Sessions"),
+  const unfiltered = "?" + new URLSearchParams(all ? { all: "1" } : { namespace: ns }).toString();
+  return [
     el("div", { class: "filter" }, el("label", {}, "Namespace ", nsInput), el("label", {}, allBox, " all namespaces")),
     el("div", { class: "filter", id: "filters" },
       el("label", {}, "Name ", fields.name), el("label", {}, "Label ", fields.label), el("label", {}, "Ready ", fields.ready),
       el("label", {}, fields.degraded, " degraded"), el("label", {}, fields.refused, " refused"),
       el("label", {}, "Last user message ", fields.text),
-      narrowed ? el("a", { href: "?" + new URLSearchParams(all ? { all: "1" } : { namespace: ns }).toString(), id: "clear-filters" }, "clear") : null),
-    scopeNote, status, searchNote,
-    el("table", { id: "sessions" }, el("thead", {}, el("tr", {}, heads.map((h) => el("th", {}, h)))), tbody),
-    empty);
-  const rows = new Map();
-  const row = (s) => {
-    const key = s.namespace + "/" + s.name;
-    const from = s.forkedFrom
-      ? el("a", { href: sessionHref(s.namespace, s.forkedFrom.session) }, s.forkedFrom.session + " @ " + s.forkedFrom.cutSeq)
-      : "-";
-    const labels = Object.entries(s.labels || {}).map(([k, v]) => el("span", { class: "label" }, k + "=" + v));
-    return el("tr", { "data-session": key },
-      el("td", {}, s.namespace),
-      el("td", {}, el("a", { href: sessionHref(s.namespace, s.name), class: "session-link" }, s.name), labels.length ? el("div", { class: "labels" }, labels) : null),
-      readyCell(s),
-      el("td", { class: "head" }, opt(s.head)),
-      el("td", { class: "turns" }, String(s.turns)),
-      el("td", { class: "context" }, opt(s.context)),
-      el("td", { class: "degraded" }, String(s.degraded)),
-      el("td", { class: "causes" }, causesText(s) + (s.refused ? " refused:" + s.refused : "")),
-      el("td", { class: "forked-from" }, from),
-      searching ? el("td", { class: "last-user" }, s.lastUser || "") : null);
-  };
-  const redraw = () => {
-    const keys = [...rows.keys()].sort();
-    tbody.replaceChildren(...keys.map((k) => rows.get(k)));
-    empty.hidden = keys.length > 0;
-  };
-  const src = watchSessions(all ? "" : ns, {
-    scope: (sc) => { scopeNote.hidden = !sc.note; scopeNote.textContent = sc.note || ""; },
-    snapshot: (list) => {
-      status.hidden = true;
-      rows.clear();
-      for (const s of list) rows.set(s.namespace + "/" + s.name, row(s));
-      redraw();
-    },
-    search: (r) => {
-      const parts = ["Searched the last user message of " + r.searched + (r.searched === 1 ? " Session." : " Sessions.")];
-      if (r.unsearched) parts.push(r.unsearched + " not searched: a list reads at most " + r.maxReads + " logs — narrow it by namespace, name or label first.");
-      if (r.failed) parts.push(r.failed + " could not be read (" + r.error + ").");
-      searchNote.hidden = false;
-      searchNote.textContent = parts.join(" ");
-    },
-    upsert: (s) => { rows.set(s.namespace + "/" + s.name, row(s)); redraw(); },
-    delete: (s) => { rows.delete(s.namespace + "/" + s.name); redraw(); },
-    error: (e) => { status.hidden = false; status.textContent = e.error; },
-    invalid: (e) => { src.close(); setLive(false, ""); status.hidden = false; status.textContent = e.error; },
-  }, filters);
+      Object.keys(filters).length ? el("a", { href: unfiltered, id: "clear-filters" }, "clear") : null),
+  ];
+}
+
+// sessionRow is a Session's row in the list; searching: with its last
+// user message.
+function sessionRow(s, searching) {
+  const from = s.forkedFrom
+    ? el("a", { href: sessionHref(s.namespace, s.forkedFrom.session) }, s.forkedFrom.session + " @ " + s.forkedFrom.cutSeq)
+    : "-";
+  const labels = Object.entries(s.labels || {}).map(([k, v]) => el("span", { class: "label" }, k + "=" + v));
+  return el("tr", { "data-session": s.namespace + "/" + s.name },
+    el("td", {}, s.namespace),
+    el("td", {}, el("a", { href: sessionHref(s.namespace, s.name), class: "session-link" }, s.name), labels.length ? el("div", { class: "labels" }, labels) : null),
+    readyCell(s),
+    el("td", { class: "head" }, opt(s.head)),
+    el("td", { class: "turns" }, String(s.turns)),
+    el("td", { class: "context" }, opt(s.context)),
+    el("td", { class: "degraded" }, String(s.degraded)),
+    el("td", { class: "causes" }, causesText(s, true)),
+    el("td", { class: "forked-from" }, from),
+    searching ? el("td", { class: "last-user" }, s.lastUser || "") : null);
 }
 
 // ---- a Session ----
@@ -276,7 +290,9 @@ function sessionPanels(ns) {
       problem.hidden = true;
       summary.replaceChildren(el("h2", {}, page.session.name), renderSummary(ns, page.session));
       events.replaceChildren(el("h3", {}, "Events"), renderEvents(page));
-      tree.replaceChildren(el("h3", {}, "Fork tree"), el("ul", { class: "tree" }, renderTree(ns, page.tree, picker)), picker.element());
+      // Two Sessions of the tree or more can be compared.
+      const pick = treeSize(page.tree) > 1 ? picker : null;
+      tree.replaceChildren(el("h3", {}, "Fork tree"), el("ul", { class: "tree" }, renderTree(ns, page.tree, pick)), pick ? pick.element() : null);
       forks.replaceChildren(el("h3", {}, "SessionForks"), renderForks(ns, page.forks));
     },
     error: (message) => {
@@ -691,15 +707,22 @@ function renderForks(ns, forks) {
         f.child ? el("a", { href: sessionHref(ns, f.child) }, f.child) : f.phase + (f.reason ? " (" + f.reason + ")" : ""))))));
 }
 
+// renderTree draws a fork tree, each Session with a box to tick for
+// picker (none when picker is null).
 function renderTree(ns, n, picker) {
   const label = n.missing ? el("span", { class: "name muted" }, n.name + " (gone or not readable)")
     : el("a", { href: sessionHref(ns, n.name) }, n.name);
   return el("li", { class: n.current ? "current" : null, "data-session": n.name },
-    n.missing ? null : picker.box(n.name),
+    n.missing || !picker ? null : picker.box(n.name),
     label,
     n.cutSeq != null ? el("span", { class: "muted" }, " cut " + n.cutSeq) : null,
     n.ready && n.ready !== "True" ? el("span", { class: "muted" }, " (" + n.ready + ")") : null,
     n.children.length ? el("ul", {}, n.children.map((c) => renderTree(ns, c, picker))) : null);
+}
+
+// treeSize counts the Sessions of a fork tree that can be read.
+function treeSize(n) {
+  return (n.missing ? 0 : 1) + n.children.reduce((sum, c) => sum + treeSize(c), 0);
 }
 
 // TreePicker is the choice of two Sessions of a fork tree to compare: the
@@ -773,7 +796,7 @@ async function comparePage(nsA, a, nsB, b) {
     return;
   }
   main.classList.add("wide");
-  main.replaceChildren(
+  main.replaceChildren(...[
     el("h2", {}, "Compare"),
     sides,
     el("p", { id: "shared", class: "shared" }, sharedText(c)),
@@ -782,7 +805,8 @@ async function comparePage(nsA, a, nsB, b) {
       el("tbody", {}, c.rows.map((r, i) => el("tr", { class: "row", "data-turn": r.turn },
         compareCell("a", r.a, i === 0 && c.a.turns === 0, c.shared.cutSeq),
         compareCell("b", r.b, i === 0 && c.b.turns === 0, c.shared.cutSeq))))),
-    c.moreRows ? el("p", { class: "muted", id: "more-rows" }, c.moreRows + " more turns after these: see each Session's page.") : null);
+    c.moreRows ? el("p", { class: "muted", id: "more-rows" }, c.moreRows + " more turns after these: see each Session's page.") : null,
+  ].filter(Boolean));
 }
 
 function sideHead(letter, side) {
