@@ -170,16 +170,16 @@ func writeSideBySide(b *strings.Builder, c compare.Comparison, column int) {
 	nameB, detailB := sideTitle("B", c.B)
 	writeColumns(b, []string{clip(nameA, column), clip(detailA, column)}, []string{clip(nameB, column), clip(detailB, column)}, column)
 	b.WriteString(strings.Repeat("─", column+1) + "┼" + strings.Repeat("─", column+1) + "\n")
-	for i, p := range pairTurns(c.A.Turns, c.B.Turns) {
+	for i, p := range compare.Pairs(c.A.Turns, c.B.Turns) {
 		if i > 0 {
 			writeColumns(b, []string{""}, []string{""}, column)
 		}
 		var left, right []string
-		if p[0] >= 0 {
-			left = turnLines(c.A.Turns[p[0]], column)
+		if p.A >= 0 {
+			left = turnLines(c.A.Turns[p.A], column)
 		}
-		if p[1] >= 0 {
-			right = turnLines(c.B.Turns[p[1]], column)
+		if p.B >= 0 {
+			right = turnLines(c.B.Turns[p.B], column)
 		}
 		if i == 0 && len(c.A.Turns) == 0 {
 			left = nothingAfter(c.Shared.CutSeq, column)
@@ -189,29 +189,6 @@ func writeSideBySide(b *strings.Builder, c compare.Comparison, column int) {
 		}
 		writeColumns(b, left, right, column)
 	}
-}
-
-// pairTurns lines up two branches' turns by index, -1 for none: turns of
-// the same number side by side, a turn only one branch has, or the
-// messages between turns, beside nothing.
-func pairTurns(a, b []compare.Turn) [][2]int {
-	var out [][2]int
-	i, j := 0, 0
-	for i < len(a) || j < len(b) {
-		switch {
-		case j == len(b):
-			out, i = append(out, [2]int{i, -1}), i+1
-		case i == len(a):
-			out, j = append(out, [2]int{-1, j}), j+1
-		case a[i].Turn == b[j].Turn:
-			out, i, j = append(out, [2]int{i, j}), i+1, j+1
-		case a[i].Turn == 0 || b[j].Turn != 0 && a[i].Turn < b[j].Turn:
-			out, i = append(out, [2]int{i, -1}), i+1
-		default:
-			out, j = append(out, [2]int{-1, j}), j+1
-		}
-	}
-	return out
 }
 
 // sharedLine is the shared prefix on one line, e.g. "shared: seq 0-16,

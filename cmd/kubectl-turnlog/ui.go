@@ -15,12 +15,14 @@ func uiCommand(o *options) *cobra.Command {
 	var port int
 	cmd := &cobra.Command{
 		Use:   "ui",
-		Short: "Serve a web page on 127.0.0.1 that shows Sessions and forks them from any message",
+		Short: "Serve a web page on 127.0.0.1 that shows Sessions, compares them and forks them from any message",
 		Long: `Serve turnlog's web page from this process, with your kubeconfig and store
-credentials: the Sessions you can list (updated live), each Session's stored
+credentials: the Sessions you can list (updated live, searched by name,
+label, readiness, marks and last user message), each Session's stored
 transcript with its degraded messages and the frozen text of stopped
-responses, its Events, its SessionForks and fork tree, and a fork action on
-every message. Without --store-url the pages show no transcript.`,
+responses, its Events, its SessionForks and fork tree, a fork action on
+every message, and two Sessions of a fork tree compared side by side from
+where they part. Without --store-url the pages show no transcript.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			kube, ns, err := o.kube()

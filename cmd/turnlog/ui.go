@@ -14,7 +14,7 @@ import (
 )
 
 func init() {
-	register("ui", "serve a web page on 127.0.0.1 that shows Sessions and forks them from any message", runUI)
+	register("ui", "serve a web page on 127.0.0.1 that shows Sessions, compares them and forks them from any message", runUI)
 }
 
 func runUI(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {

@@ -41,59 +41,94 @@ const (
 // TestUIInBrowser runs `turnlog ui` against a local cluster holding the
 // sample Session and drives it from headless Chromium as a person would:
 // the list, the Session with its degraded message and greyed frozen text,
-// a fork from the stopped message, a fork whose name is taken, the child.
-// UI_SCREENSHOTS=DIR (relative to the repository) saves the three pages.
+// a fork from the stopped message, a fork whose name is taken, the child;
+// the comparison of the child with its source and of two siblings; the
+// list's filters; and a user who may read one namespace and fork nothing.
+// UI_SCREENSHOTS=DIR (relative to the repository) saves the pages.
 func TestUIInBrowser(t *testing.T) {
+	r := startUIRun(t)
+	for _, step := range []struct {
+		name string
+		run  func()
+	}{
+		{"the Sessions list", r.sessionsList}, {"the Session page", r.sessionPage}, {"a fork from the stopped message", r.forkFromStopped},
+		{"the child's page", r.childPage}, {"a refused block", r.refusedSession}, {"a comparison of parent and child", r.compareParentAndChild},
+		{"a comparison of siblings", r.compareSiblings}, {"the list's filters", r.search}, {"a user who may read one namespace", r.limitedUser},
+	} {
+		started := time.Now()
+		step.run()
+		t.Logf("%s: %.1f s", step.name, time.Since(started).Seconds())
+	}
+}
+
+// uiRun is one run of TestUIInBrowser: the cluster, the `turnlog ui` it
+// drives, and the browser's tabs.
+type uiRun struct {
+	t     *testing.T
+	ctx   context.Context
+	tl    *turnlogtest.Env
+	url   string
+	page  context.Context // the tab the test drives
+	list  context.Context // a second tab that keeps the Sessions list open
+	shots func(name string) chromedp.Action[chromedp.Void]
+}
+
+// startUIRun starts turnlog as `make dev` runs it (the controllers with
+// local workers, a file:// store, namespace default, a short poll) with
+// the sample Session, `turnlog ui` on it, and the browser.
+func startUIRun(t *testing.T) *uiRun {
 	browser := findChromium(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	// turnlog as `make dev` runs it: the controllers with local workers, a
-	// file:// store, namespace default, a short poll.
+	t.Cleanup(cancel)
 	controlplane.SkipIfMissing(t)
 	tl := turnlogtest.Start(t, turnlogtest.WithControlPlane(controlplane.Assets()), turnlogtest.WithNamespaces("default"),
 		turnlogtest.WithPollInterval(200*time.Millisecond))
 	importSample(ctx, t, tl)
 	waitSession(ctx, t, tl.Client, "support-chat", 22)
-	url := startUI(ctx, t, tl)
-
+	r := &uiRun{t: t, ctx: ctx, tl: tl, url: startUI(ctx, t, tl), shots: screenshots(t)}
 	alloc, cancelAlloc := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1280, 900))...)
-	defer cancelAlloc()
-	page, cancelPage := chromedp.NewContext(alloc)
-	defer cancelPage()
+	t.Cleanup(cancelAlloc)
+	var cancelPage context.CancelFunc
+	r.page, cancelPage = chromedp.NewContext(alloc)
+	t.Cleanup(cancelPage)
 	// The first run starts the browser, which lives as long as its context.
-	if err := chromedp.Do(page); err != nil {
+	if err := chromedp.Do(r.page); err != nil {
 		t.Fatalf("start %s: %v", browser, err)
 	}
-	shots := screenshots(t)
+	return r
+}
 
-	// The list: the sample Session with its status, from the watch.
+// at is the URL of a path of the page.
+func (r *uiRun) at(path string) string { return strings.TrimSuffix(r.url, "/") + path }
+
+// sessionsList: the sample Session with its status, from the watch; a
+// second tab keeps the list open, where the child must appear without a
+// reload.
+func (r *uiRun) sessionsList() {
 	row := `tr[data-session="default/support-chat"]`
-	browse(t, page, "the Sessions list",
-		chromedp.Navigate(url),
+	browse(r.t, r.page, "the Sessions list",
+		chromedp.Navigate(r.url),
 		poll(textIs(row+" .ready", "True")+" && "+textIs(row+" .head", "22")+" && "+textIs(row+" .turns", "4")+
-			" && "+textIs(row+" .causes", "version:3")+" && "+textIs(row+" .degraded", "1")),
-		shots("ui-sessions.png"))
-	// A second tab keeps the list open: the child must appear in it
-	// without a reload.
-	list, cancelList := chromedp.NewContext(page)
-	defer cancelList()
-	if err := chromedp.Do(list); err != nil {
-		t.Fatal(err)
+			" && "+textIs(row+" .causes", "version:3")+" && "+textIs(row+" .degraded", "1")))
+	var cancel context.CancelFunc
+	r.list, cancel = chromedp.NewContext(r.page)
+	r.t.Cleanup(cancel)
+	if err := chromedp.Do(r.list); err != nil {
+		r.t.Fatal(err)
 	}
-	browse(t, list, "the list in a second tab", chromedp.Navigate(url), poll(textIs(row+" .ready", "True")))
+	browse(r.t, r.list, "the list in a second tab", chromedp.Navigate(r.url), poll(textIs(row+" .ready", "True")))
+}
 
-	// The Session: its degraded message marked with the Event's words, its
-	// stopped response greyed outside the transcript.
-	browse(t, page, "the Session page",
-		click(row+" a.session-link"),
+// sessionPage: the degraded message marked with the Event's words, the
+// stopped response greyed outside the transcript.
+func (r *uiRun) sessionPage() {
+	t := r.t
+	browse(t, r.page, "the Session page",
+		click(`tr[data-session="default/support-chat"] a.session-link`),
 		poll(`document.querySelector('li.message.degraded[data-seq="3"] .degraded-note')?.textContent.includes("seq 3 replayed provider-neutral")`),
 		chromedp.WaitVisible(chromedp.CSS(`.frozen .frozen-text`)))
-	var got struct {
-		Degraded, FrozenColor, BodyColor, FrozenStyle, ForkAt string
-		Frozen, FrozenInTranscript, Turn4                     bool
-	}
-	got = evaluate[sessionFacts](t, page, "read the Session page", fmt.Sprintf(`(() => {
+	got := evaluate[sessionFacts](t, r.page, "read the Session page", fmt.Sprintf(`(() => {
 		const frozen = [...document.querySelectorAll('.frozen')].find((f) => f.textContent.includes(%[1]q));
 		const text = frozen && frozen.querySelector('.frozen-text');
 		const body = document.querySelector('.transcript li.message .body');
@@ -123,44 +158,48 @@ func TestUIInBrowser(t *testing.T) {
 	if got.ForkAt != sampleFrozenAt {
 		t.Errorf("the stopped message forks at %q, want the frozen node %s", got.ForkAt, sampleFrozenAt)
 	}
-	browse(t, page, "screenshot the Session", shots("ui-session.png"))
+	browse(t, r.page, "screenshot the Session", r.shots("ui-session.png"))
+}
 
-	// One click on the stopped message forks at its frozen node.
+// forkFromStopped: one click on the stopped message forks at its frozen
+// node; the same name again shows the API server's refusal where it was
+// clicked; the list left open shows the child.
+func (r *uiRun) forkFromStopped() {
+	t := r.t
 	status := `.frozen[data-seq="15"] .fork-status`
-	browse(t, page, "fork from the stopped message",
+	browse(t, r.page, "fork from the stopped message",
 		chromedp.SetValue(chromedp.CSS("#fork-name"), "support-chat-retry"),
 		click(`.frozen[data-seq="15"] button.fork`),
 		poll(`document.querySelector('`+status+`.done a.child')?.textContent === "support-chat-retry"`))
 	fork := &turnlogv1.SessionFork{}
-	if err := tl.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: "support-chat-retry"}, fork); err != nil {
+	if err := r.tl.Client.Get(r.ctx, client.ObjectKey{Namespace: "default", Name: "support-chat-retry"}, fork); err != nil {
 		t.Fatal(err)
 	}
 	if cut := fork.Status.CutSeq; fork.Spec.AtSeq != sampleFrozenAt || cut == nil || *cut != 16 {
 		t.Errorf("SessionFork atSeq %q cut %s, want atSeq %q (the frozen node, as sent) cut 16", fork.Spec.AtSeq, fmtSeq(cut), sampleFrozenAt)
 	}
-	waitSession(ctx, t, tl.Client, "support-chat-retry", 16)
-
-	// The same name again: the API server's refusal, where it was clicked.
-	browse(t, page, "fork with a name taken",
+	waitSession(r.ctx, t, r.tl.Client, "support-chat-retry", 16)
+	browse(t, r.page, "fork with a name taken",
 		click(`.frozen[data-seq="15"] button.fork`),
 		poll(`document.querySelector('`+status+`.error')?.textContent.includes("already exists")`))
-	t.Logf("refusal shown: %s", evaluate[string](t, page, "read the refusal", `document.querySelector('`+status+`').textContent`))
-
-	// The list shows the child live.
+	t.Logf("refusal shown: %s", evaluate[string](t, r.page, "read the refusal", `document.querySelector('`+status+`').textContent`))
 	child := `tr[data-session="default/support-chat-retry"]`
-	browse(t, list, "the child in the open list", poll(textIs(child+" .forked-from", "support-chat @ 16")))
+	browse(t, r.list, "the child in the open list", poll(textIs(child+" .forked-from", "support-chat @ 16")))
+}
 
-	// The child, from the fork tree: turns 1-3, the stopped response
-	// greyed and out of its transcript, no turn 4; its tree links the
-	// parent.
-	browse(t, page, "the child's page",
+// childPage: the child, from the fork tree: turns 1-3, the stopped
+// response greyed and out of its transcript, no turn 4; its tree links
+// the parent.
+func (r *uiRun) childPage() {
+	t := r.t
+	browse(t, r.page, "the child's page",
 		click(`#tree a[href="/s/default/support-chat-retry"]`),
 		poll(`document.querySelector('#tree a[href="/s/default/support-chat"]') !== null && document.querySelectorAll('.transcript li.message').length > 0`))
 	// The page renders again as the child's status changes (showing
 	// "Loading…" meanwhile): read it once it is there.
 	var childPage struct{ Loaded, FrozenInTranscript, Turn4 bool }
 	for range 50 {
-		childPage = evaluate[struct{ Loaded, FrozenInTranscript, Turn4 bool }](t, page, "read the child's page", fmt.Sprintf(`(() => {
+		childPage = evaluate[struct{ Loaded, FrozenInTranscript, Turn4 bool }](t, r.page, "read the child's page", fmt.Sprintf(`(() => {
 			const c = document.getElementById('conversation');
 			return {
 				Loaded: !!c && document.querySelectorAll('.transcript li.message').length > 0,
@@ -176,23 +215,25 @@ func TestUIInBrowser(t *testing.T) {
 	if !childPage.Loaded {
 		t.Fatal("the child's page did not render its conversation")
 	}
-	browse(t, page, "screenshot the child", shots("ui-child.png"))
+	browse(t, r.page, "screenshot the child", r.shots("ui-child.png"))
 	if childPage.FrozenInTranscript || childPage.Turn4 {
 		t.Errorf("child's transcript: frozen text in it %v, turn 4 in it %v; want neither", childPage.FrozenInTranscript, childPage.Turn4)
 	}
+}
 
-	// A Session whose provider refused a thinking block: the message that
-	// carries it says so in replay's words, the summary counts it, and the
-	// answers that only reported it are not marked.
-	importLog(ctx, t, tl, "refused-chat", bytes.NewReader(loggen.RefusedLog(3)))
-	waitSession(ctx, t, tl.Client, "refused-chat", 12)
-	browse(t, page, "a Session with a refused block",
-		chromedp.Navigate(strings.TrimSuffix(url, "/")+"/s/default/refused-chat"),
+// refusedSession: a Session whose provider refused a thinking block: the
+// message that carries it says so in replay's words, the summary counts
+// it, and the answers that only reported it are not marked.
+func (r *uiRun) refusedSession() {
+	importLog(r.ctx, r.t, r.tl, "refused-chat", bytes.NewReader(loggen.RefusedLog(3)))
+	waitSession(r.ctx, r.t, r.tl.Client, "refused-chat", 12)
+	browse(r.t, r.page, "a Session with a refused block",
+		chromedp.Navigate(r.at("/s/default/refused-chat")),
 		poll(`document.querySelector('li.message.refused[data-seq="3"] .refused-note')?.textContent.includes(`+
 			`"thinking block 0 of seq 3 kept, as pi keeps it: refused by anthropic (prefix_binding_mismatch) at messages.2.content.0, reported at seq 7")`),
 		poll(`document.getElementById('refused')?.textContent.startsWith("1 thinking block the provider refused — sent again, as pi does")`))
-	if marked := evaluate[int](t, page, "count the refused messages", `document.querySelectorAll('li.message.refused').length`); marked != 1 {
-		t.Errorf("%d messages marked refused, want seq 3's alone", marked)
+	if marked := evaluate[int](r.t, r.page, "count the refused messages", `document.querySelectorAll('li.message.refused').length`); marked != 1 {
+		r.t.Errorf("%d messages marked refused, want seq 3's alone", marked)
 	}
 }
 
@@ -281,7 +322,14 @@ func startUI(ctx context.Context, t *testing.T, tl *turnlogtest.Env) string {
 // returns the URL it prints and its process id.
 func startUIBinary(ctx context.Context, t *testing.T, tl *turnlogtest.Env, bin string) (string, int) {
 	t.Helper()
-	cmd := exec.CommandContext(ctx, bin, "ui", "--port", "0", "--kubeconfig", tl.Kubeconfig, "-n", "default", "--store-url", tl.StoreURL)
+	return startUIWith(ctx, t, bin, "--kubeconfig", tl.Kubeconfig, "-n", "default", "--store-url", tl.StoreURL)
+}
+
+// startUIWith runs `bin ui --port 0` with the flags given and returns the
+// URL it prints and its process id.
+func startUIWith(ctx context.Context, t *testing.T, bin string, flags ...string) (string, int) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, bin, append([]string{"ui", "--port", "0"}, flags...)...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -324,7 +372,9 @@ func evaluate[T any](t *testing.T, ctx context.Context, what, expr string, actio
 		v, err = chromedp.Run(step, chromedp.Evaluate[T](expr))
 	}
 	if err != nil {
-		body, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("main")))
+		read, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		body, _ := chromedp.Run(read, chromedp.Evaluate[string](`location.href + "\n" + (document.querySelector("main")?.innerText ?? "")`))
 		t.Fatalf("%s: %v\npage:\n%s", what, err, body)
 	}
 	return v

@@ -18,11 +18,13 @@ func messageText(raw json.RawMessage) (text, toolName string) {
 	if json.Unmarshal(raw, &m) != nil {
 		return "", ""
 	}
-	return contentText(m.Content), m.ToolName
+	return ContentText(m.Content), m.ToolName
 }
 
-// contentText is the words of pi-ai content: a string, or blocks.
-func contentText(content json.RawMessage) string {
+// ContentText is the words of pi-ai content, a string or blocks, as
+// Entry.Text has them: what the session browser searches a user message
+// by.
+func ContentText(content json.RawMessage) string {
 	var s string
 	if json.Unmarshal(content, &s) == nil {
 		return s

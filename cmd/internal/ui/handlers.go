@@ -1,15 +1,11 @@
 package ui
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"regexp"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
@@ -110,92 +106,4 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, v)
-}
-
-// heartbeat keeps an idle event stream open through proxies and tells
-// the server when the page has gone.
-const heartbeat = 20 * time.Second
-
-// watchSessions streams the Sessions of a namespace as Server-Sent
-// Events: a "snapshot" of them all, then an "upsert" or "delete" per
-// change; an "error" when the list or the watch fails, after which it
-// lists again.
-func (s *Server) watchSessions(w http.ResponseWriter, r *http.Request) {
-	flusher, ok := w.(http.Flusher)
-	if !ok {
-		writeError(w, http.StatusInternalServerError, errors.New("streaming is not supported"))
-		return
-	}
-	ns := r.URL.Query().Get("namespace")
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.WriteHeader(http.StatusOK)
-	stream := &eventStream{w: w, flush: flusher.Flush}
-	ctx := r.Context()
-	for ctx.Err() == nil {
-		err := s.streamSessions(ctx, ns, stream)
-		if ctx.Err() != nil || stream.err != nil {
-			return
-		}
-		if err != nil {
-			stream.send("error", map[string]string{"error": err.Error()})
-			select {
-			case <-ctx.Done():
-			case <-time.After(3 * time.Second):
-			}
-		}
-	}
-}
-
-// streamSessions lists, then watches from the list's version until the
-// watch ends.
-func (s *Server) streamSessions(ctx context.Context, ns string, stream *eventStream) error {
-	list, err := sessionsIn(ctx, s.opts.Kube, ns)
-	if err != nil {
-		where := "namespace " + ns
-		if ns == "" {
-			where = "all namespaces"
-		}
-		return fmt.Errorf("list Sessions in %s: %w", where, err)
-	}
-	views := make([]sessionView, len(list.Items))
-	for i := range list.Items {
-		views[i] = viewSession(&list.Items[i])
-	}
-	stream.send("snapshot", views)
-	opts := []client.ListOption{&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.ResourceVersion}}}
-	if ns != "" {
-		opts = append(opts, client.InNamespace(ns))
-	}
-	wi, err := s.opts.Kube.Watch(ctx, &turnlogv1.SessionList{}, opts...)
-	if err != nil {
-		return fmt.Errorf("watch Sessions: %w", err)
-	}
-	defer wi.Stop()
-	tick := time.NewTicker(heartbeat)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-			stream.comment()
-		case ev, ok := <-wi.ResultChan():
-			if !ok {
-				return nil // the watch timed out: list again
-			}
-			session, isSession := ev.Object.(*turnlogv1.Session)
-			switch {
-			case ev.Type == watch.Error:
-				return nil // e.g. the version expired: list again
-			case !isSession:
-			case ev.Type == watch.Deleted:
-				stream.send("delete", map[string]string{"namespace": session.Namespace, "name": session.Name})
-			case ev.Type == watch.Added || ev.Type == watch.Modified:
-				stream.send("upsert", viewSession(session))
-			}
-		}
-		if stream.err != nil {
-			return stream.err
-		}
-	}
 }

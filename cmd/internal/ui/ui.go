@@ -3,7 +3,8 @@
 // user's kubeconfig can read, each Session's stored transcript with its
 // degraded messages and the frozen partial text of its stopped responses,
 // its Events, its SessionForks and its fork tree, and forks a Session from
-// any message.
+// any message. It compares two Sessions of a fork tree from where their
+// logs part, and searches the Sessions list.
 //
 // The page reads and writes only through the user's own credentials: the
 // Kubernetes client and the object store the command was started with.
@@ -58,6 +59,10 @@ type Server struct {
 	token string
 	page  *template.Template
 	hosts []string // the Host headers a request may carry
+	// textReads bounds the logs a text search of one list reads
+	// (maxTextReads); lastUsers keeps what they held.
+	textReads int
+	lastUsers lastUserCache
 }
 
 // Serve serves the UI on ln until ctx is done.
@@ -114,7 +119,7 @@ func newServer(opts Options, addr net.Addr) (*Server, error) {
 	if tcp, ok := addr.(*net.TCPAddr); ok && tcp.IP.IsLoopback() {
 		hosts = append(hosts, fmt.Sprintf("localhost:%d", tcp.Port))
 	}
-	return &Server{opts: opts, token: hex.EncodeToString(raw), page: page, hosts: hosts}, nil
+	return &Server{opts: opts, token: hex.EncodeToString(raw), page: page, hosts: hosts, textReads: maxTextReads}, nil
 }
 
 // Handler is the server's routes, behind the Host check.
@@ -124,11 +129,13 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /assets/", http.StripPrefix("/assets/", http.FileServerFS(static)))
 	mux.HandleFunc("GET /{$}", s.index)
 	mux.HandleFunc("GET /s/{namespace}/{name}", s.index)
+	mux.HandleFunc("GET /compare/{namespacea}/{namea}/{namespaceb}/{nameb}", s.index)
 	mux.HandleFunc("GET /api/sessions/watch", s.watchSessions)
 	mux.HandleFunc("GET /api/sessions/{namespace}/{name}", s.session)
 	mux.HandleFunc("GET /api/sessions/{namespace}/{name}/turns", s.turns)
 	mux.HandleFunc("POST /api/sessions/{namespace}/{name}/forks", s.createFork)
 	mux.HandleFunc("GET /api/forks/{namespace}/{name}", s.fork)
+	mux.HandleFunc("GET /api/compare/{namespacea}/{namea}/{namespaceb}/{nameb}", s.comparison)
 	return s.guard(mux)
 }
 

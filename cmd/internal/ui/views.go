@@ -23,6 +23,7 @@ import (
 type sessionView struct {
 	Namespace    string             `json:"namespace"`
 	Name         string             `json:"name"`
+	Labels       map[string]string  `json:"labels,omitempty"`
 	Ready        string             `json:"ready"`
 	Reason       string             `json:"reason,omitempty"`
 	Message      string             `json:"message,omitempty"`
@@ -40,6 +41,9 @@ type sessionView struct {
 	ForkedFrom *forkOriginView `json:"forkedFrom,omitempty"`
 	Adapter    string          `json:"adapter,omitempty"`
 	Version    string          `json:"version"`
+	// LastUser is the start of the last user message, sent when the list
+	// is searched by it.
+	LastUser string `json:"lastUser,omitempty"`
 }
 
 type forkOriginView struct {
@@ -50,7 +54,7 @@ type forkOriginView struct {
 }
 
 func viewSession(s *turnlogv1.Session) sessionView {
-	v := sessionView{Namespace: s.Namespace, Name: s.Name, Ready: "Unknown", Head: s.Status.HeadSeq, Turns: s.Status.Turns,
+	v := sessionView{Namespace: s.Namespace, Name: s.Name, Labels: s.Labels, Ready: "Unknown", Head: s.Status.HeadSeq, Turns: s.Status.Turns,
 		Causes: []cmdkit.CauseSeqs{}, Version: s.ResourceVersion}
 	if c := meta.FindStatusCondition(s.Status.Conditions, turnlogv1.ConditionReady); c != nil {
 		v.Ready, v.Reason, v.Message = string(c.Status), c.Reason, c.Message

@@ -36,9 +36,12 @@ function setLive(on, text) {
 }
 
 // watchSessions follows the Sessions of a namespace ("" for all) over
-// Server-Sent Events.
-function watchSessions(ns, handlers) {
-  const src = new EventSource("/api/sessions/watch?namespace=" + encodeURIComponent(ns));
+// Server-Sent Events; filters (name, label, ready, degraded, refused,
+// text) narrow them on the server.
+function watchSessions(ns, handlers, filters) {
+  const q = new URLSearchParams(filters || {});
+  q.set("namespace", ns);
+  const src = new EventSource("/api/sessions/watch?" + q.toString());
   src.onopen = () => setLive(true, "live");
   src.onerror = () => setLive(false, "reconnecting…");
   for (const [name, fn] of Object.entries(handlers)) {
@@ -52,9 +55,12 @@ function readyCell(s) {
   return el("td", { class: "ready ready-" + s.ready, title: s.message || "" }, text);
 }
 
-function causesText(s) {
+// causesText is a Session's degraded messages by cause, and with
+// refused its count of refused blocks.
+function causesText(s, refused) {
   const parts = (s.causes || []).map((c) => c.cause + ":" + c.seqs.join(","));
   if (s.moreDegraded > 0) parts.push("(+" + s.moreDegraded + " more)");
+  if (refused && s.refused > 0) parts.push("refused:" + s.refused);
   return parts.length ? parts.join(" ") : "-";
 }
 
@@ -64,65 +70,114 @@ function opt(v) {
 
 // ---- the Sessions list ----
 
+// listFilters are the filters of the Sessions list, as the page's query
+// and the stream's take them.
+const listFilters = ["name", "label", "ready", "degraded", "refused", "text"];
+
 function sessionsPage() {
   const params = new URLSearchParams(location.search);
   const all = params.get("all") === "1";
   const ns = params.get("namespace") || defaultNamespace;
+  const filters = {};
+  for (const f of listFilters) if (params.get(f)) filters[f] = params.get(f);
   setCrumbs("Sessions");
-  const nsInput = el("input", { type: "text", id: "namespace", value: ns, "aria-label": "namespace", disabled: all });
-  const allBox = el("input", { type: "checkbox", id: "all-namespaces", checked: all });
-  const apply = () => {
-    const q = new URLSearchParams();
-    if (allBox.checked) q.set("all", "1");
-    else q.set("namespace", nsInput.value.trim());
-    location.search = q.toString();
-  };
-  nsInput.addEventListener("change", apply);
-  allBox.addEventListener("change", apply);
   const status = el("p", { id: "stream-error", class: "error", hidden: true });
+  const scopeNote = el("p", { id: "scope-note", class: "note", hidden: true });
+  const searchNote = el("p", { id: "search-note", class: "muted", hidden: true });
   const tbody = el("tbody");
-  const empty = el("p", { class: "muted", id: "no-sessions", hidden: true }, "No Sessions " + (all ? "in any namespace." : "in namespace " + ns + "."));
+  const searching = !!filters.text;
+  const where = all ? "in any namespace you may list" : "in namespace " + ns;
+  const empty = el("p", { class: "muted", id: "no-sessions", hidden: true },
+    Object.keys(filters).length ? "No Sessions " + where + " match the filters." : "No Sessions " + where + ".");
+  const heads = ["Namespace", "Name", "Ready", "Head", "Turns", "Context", "Degraded", "Causes", "Forked from"].concat(searching ? ["Last user message"] : []);
   main.replaceChildren(
     el("h2", {}, "Sessions"),
-    el("div", { class: "filter" }, el("label", {}, "Namespace ", nsInput), el("label", {}, allBox, " all namespaces")),
-    status,
-    el("table", { id: "sessions" },
-      el("thead", {}, el("tr", {}, ["Namespace", "Name", "Ready", "Head", "Turns", "Context", "Degraded", "Causes", "Forked from"].map((h) => el("th", {}, h)))),
-      tbody),
+    ...filterBar(all, ns, filters),
+    scopeNote, status, searchNote,
+    el("table", { id: "sessions" }, el("thead", {}, el("tr", {}, heads.map((h) => el("th", {}, h)))), tbody),
     empty);
   const rows = new Map();
-  const row = (s) => {
-    const key = s.namespace + "/" + s.name;
-    const from = s.forkedFrom
-      ? el("a", { href: sessionHref(s.namespace, s.forkedFrom.session) }, s.forkedFrom.session + " @ " + s.forkedFrom.cutSeq)
-      : "-";
-    return el("tr", { "data-session": key },
-      el("td", {}, s.namespace),
-      el("td", {}, el("a", { href: sessionHref(s.namespace, s.name), class: "session-link" }, s.name)),
-      readyCell(s),
-      el("td", { class: "head" }, opt(s.head)),
-      el("td", { class: "turns" }, String(s.turns)),
-      el("td", { class: "context" }, opt(s.context)),
-      el("td", { class: "degraded" }, String(s.degraded)),
-      el("td", { class: "causes" }, causesText(s)),
-      el("td", { class: "forked-from" }, from));
-  };
   const redraw = () => {
     const keys = [...rows.keys()].sort();
     tbody.replaceChildren(...keys.map((k) => rows.get(k)));
     empty.hidden = keys.length > 0;
   };
-  watchSessions(all ? "" : ns, {
+  const src = watchSessions(all ? "" : ns, {
+    scope: (sc) => { scopeNote.hidden = !sc.note; scopeNote.textContent = sc.note || ""; },
     snapshot: (list) => {
       status.hidden = true;
       rows.clear();
-      for (const s of list) rows.set(s.namespace + "/" + s.name, row(s));
+      for (const s of list) rows.set(s.namespace + "/" + s.name, sessionRow(s, searching));
       redraw();
     },
-    upsert: (s) => { rows.set(s.namespace + "/" + s.name, row(s)); redraw(); },
+    search: (r) => {
+      const parts = ["Searched the last user message of " + r.searched + (r.searched === 1 ? " Session." : " Sessions.")];
+      if (r.unsearched) parts.push(r.unsearched + " not searched: a list reads at most " + r.maxReads + " logs — narrow it by namespace, name or label first.");
+      if (r.failed) parts.push(r.failed + " could not be read (" + r.error + ").");
+      searchNote.hidden = false;
+      searchNote.textContent = parts.join(" ");
+    },
+    upsert: (s) => { rows.set(s.namespace + "/" + s.name, sessionRow(s, searching)); redraw(); },
     delete: (s) => { rows.delete(s.namespace + "/" + s.name); redraw(); },
     error: (e) => { status.hidden = false; status.textContent = e.error; },
-  });
+    invalid: (e) => { src.close(); setLive(false, ""); status.hidden = false; status.textContent = e.error; },
+  }, filters);
+}
+
+// filterBar is the namespace and the filters of the Sessions list; a
+// change loads the list again with them in its query.
+function filterBar(all, ns, filters) {
+  const nsInput = el("input", { type: "text", id: "namespace", value: ns, "aria-label": "namespace", disabled: all });
+  const allBox = el("input", { type: "checkbox", id: "all-namespaces", checked: all });
+  const fields = {
+    name: el("input", { type: "text", id: "filter-name", value: filters.name || "", placeholder: "part of the name", size: 14 }),
+    label: el("input", { type: "text", id: "filter-label", value: filters.label || "", placeholder: "key=value", size: 14 }),
+    ready: el("select", { id: "filter-ready" }, ["", "True", "False", "Unknown"].map((v) =>
+      el("option", { value: v, selected: (filters.ready || "") === v }, v || "any"))),
+    degraded: el("input", { type: "checkbox", id: "filter-degraded", checked: !!filters.degraded }),
+    refused: el("input", { type: "checkbox", id: "filter-refused", checked: !!filters.refused }),
+    text: el("input", { type: "search", id: "filter-text", value: filters.text || "", placeholder: "words of the last user message", size: 28 }),
+  };
+  const apply = () => {
+    const q = new URLSearchParams();
+    if (allBox.checked) q.set("all", "1");
+    else q.set("namespace", nsInput.value.trim());
+    for (const [f, input] of Object.entries(fields)) {
+      const v = input.type === "checkbox" ? (input.checked ? "1" : "") : input.value.trim();
+      if (v) q.set(f, v);
+    }
+    location.search = q.toString();
+  };
+  for (const input of [nsInput, allBox, ...Object.values(fields)]) input.addEventListener("change", apply);
+  const unfiltered = "?" + new URLSearchParams(all ? { all: "1" } : { namespace: ns }).toString();
+  return [
+    el("div", { class: "filter" }, el("label", {}, "Namespace ", nsInput), el("label", {}, allBox, " all namespaces")),
+    el("div", { class: "filter", id: "filters" },
+      el("label", {}, "Name ", fields.name), el("label", {}, "Label ", fields.label), el("label", {}, "Ready ", fields.ready),
+      el("label", {}, fields.degraded, " degraded"), el("label", {}, fields.refused, " refused"),
+      el("label", {}, "Last user message ", fields.text),
+      Object.keys(filters).length ? el("a", { href: unfiltered, id: "clear-filters" }, "clear") : null),
+  ];
+}
+
+// sessionRow is a Session's row in the list; searching: with its last
+// user message.
+function sessionRow(s, searching) {
+  const from = s.forkedFrom
+    ? el("a", { href: sessionHref(s.namespace, s.forkedFrom.session) }, s.forkedFrom.session + " @ " + s.forkedFrom.cutSeq)
+    : "-";
+  const labels = Object.entries(s.labels || {}).map(([k, v]) => el("span", { class: "label" }, k + "=" + v));
+  return el("tr", { "data-session": s.namespace + "/" + s.name },
+    el("td", {}, s.namespace),
+    el("td", {}, el("a", { href: sessionHref(s.namespace, s.name), class: "session-link" }, s.name), labels.length ? el("div", { class: "labels" }, labels) : null),
+    readyCell(s),
+    el("td", { class: "head" }, opt(s.head)),
+    el("td", { class: "turns" }, String(s.turns)),
+    el("td", { class: "context" }, opt(s.context)),
+    el("td", { class: "degraded" }, String(s.degraded)),
+    el("td", { class: "causes" }, causesText(s, true)),
+    el("td", { class: "forked-from" }, from),
+    searching ? el("td", { class: "last-user" }, s.lastUser || "") : null);
 }
 
 // ---- a Session ----
@@ -226,6 +281,7 @@ function sessionPanels(ns) {
   const tree = el("section", { class: "panel", id: "tree" });
   const forks = el("section", { class: "panel", id: "forks" });
   const problem = el("p", { class: "error", id: "page-error", hidden: true });
+  const picker = new TreePicker(ns);
   return {
     layout: (conversation) => el("div", { class: "layout" },
       el("div", {}, problem, summary, el("section", { id: "conversation" }, el("h3", {}, "Conversation"), conversation), events),
@@ -234,7 +290,9 @@ function sessionPanels(ns) {
       problem.hidden = true;
       summary.replaceChildren(el("h2", {}, page.session.name), renderSummary(ns, page.session));
       events.replaceChildren(el("h3", {}, "Events"), renderEvents(page));
-      tree.replaceChildren(el("h3", {}, "Fork tree"), el("ul", { class: "tree" }, renderTree(ns, page.tree)));
+      // Two Sessions of the tree or more can be compared.
+      const pick = treeSize(page.tree) > 1 ? picker : null;
+      tree.replaceChildren(el("h3", {}, "Fork tree"), el("ul", { class: "tree" }, renderTree(ns, page.tree, pick)), pick ? pick.element() : null);
       forks.replaceChildren(el("h3", {}, "SessionForks"), renderForks(ns, page.forks));
     },
     error: (message) => {
@@ -257,7 +315,8 @@ function renderSummary(ns, s) {
     s.adapter ? [el("dt", {}, "Adapter"), el("dd", {}, s.adapter)] : null,
     s.forkedFrom ? [el("dt", {}, "Forked from"),
       el("dd", {}, el("a", { href: sessionHref(ns, s.forkedFrom.session) }, s.forkedFrom.session),
-        " at seq " + s.forkedFrom.anchorSeq + ", cut " + s.forkedFrom.cutSeq)] : null);
+        " at seq " + s.forkedFrom.anchorSeq + ", cut " + s.forkedFrom.cutSeq + " — ",
+        el("a", { href: compareHref(ns, s.forkedFrom.session, ns, s.name), id: "compare-parent" }, "compare with it"))] : null);
 }
 
 // inView reports whether an element is (partly) in the window.
@@ -482,6 +541,14 @@ function who(e) {
 }
 
 function renderMessage(ns, s, e) {
+  const li = messageItem(e);
+  li.append(forkActions(ns, s, e));
+  return li;
+}
+
+// messageItem is a transcript message with its marks: the conversation's
+// and a comparison's entries alike.
+function messageItem(e) {
   const m = e.message || {};
   const cls = ["message", "role-" + e.role];
   if (e.origin) cls.push("origin");
@@ -510,18 +577,24 @@ function renderMessage(ns, s, e) {
       e.droppedBlocks ? el("div", {}, "Left out of the transcript: block " + e.droppedBlocks.join(", ") + " (spec.adapter.refusedBlocks: Drop).") : null,
       el("span", { class: "muted" }, "ReplayStateRefused Events")));
   }
-  li.append(forkActions(ns, s, e));
   return li;
 }
 
 function renderFrozen(ns, s, e) {
-  const text = (e.content || []).map((b) => b.type === "text" ? b.text : b.type === "thinking" ? b.thinking : b.type === "toolCall" ? "[tool call " + b.name + "]" : "").join("\n");
   const why = e.stopReason ? "stopped (" + e.stopReason + ")" : e.forkAt ? "stopped: its stream was cut" : "streaming";
+  const node = frozenItem(e, why);
+  node.append(forkActions(ns, s, e));
+  return node;
+}
+
+// frozenItem is a response's frozen partial text, greyed: never part of
+// the transcript. why says how the response ended.
+function frozenItem(e, why) {
+  const text = (e.content || []).map((b) => b.type === "text" ? b.text : b.type === "thinking" ? b.thinking : b.type === "toolCall" ? "[tool call " + b.name + "]" : "").join("\n");
   return el("div", { class: "frozen", "data-seq": e.seq, "data-fork-at": e.forkAt || null },
     el("div", { class: "meta" }, el("span", { class: "who" }, "assistant — " + why), el("span", {}, "frozen partial text, not part of the transcript"),
       e.forkAt ? el("span", {}, "node " + e.forkAt) : null),
-    el("div", { class: "frozen-text" }, text),
-    forkActions(ns, s, e));
+    el("div", { class: "frozen-text" }, text));
 }
 
 function renderContent(content) {
@@ -634,18 +707,143 @@ function renderForks(ns, forks) {
         f.child ? el("a", { href: sessionHref(ns, f.child) }, f.child) : f.phase + (f.reason ? " (" + f.reason + ")" : ""))))));
 }
 
-function renderTree(ns, n) {
+// renderTree draws a fork tree, each Session with a box to tick for
+// picker (none when picker is null).
+function renderTree(ns, n, picker) {
   const label = n.missing ? el("span", { class: "name muted" }, n.name + " (gone or not readable)")
     : el("a", { href: sessionHref(ns, n.name) }, n.name);
   return el("li", { class: n.current ? "current" : null, "data-session": n.name },
+    n.missing || !picker ? null : picker.box(n.name),
     label,
     n.cutSeq != null ? el("span", { class: "muted" }, " cut " + n.cutSeq) : null,
     n.ready && n.ready !== "True" ? el("span", { class: "muted" }, " (" + n.ready + ")") : null,
-    n.children.length ? el("ul", {}, n.children.map((c) => renderTree(ns, c))) : null);
+    n.children.length ? el("ul", {}, n.children.map((c) => renderTree(ns, c, picker))) : null);
+}
+
+// treeSize counts the Sessions of a fork tree that can be read.
+function treeSize(n) {
+  return (n.missing ? 0 : 1) + n.children.reduce((sum, c) => sum + treeSize(c), 0);
+}
+
+// TreePicker is the choice of two Sessions of a fork tree to compare: the
+// first one ticked is A, the second B. It outlives the tree it is drawn
+// in, which is drawn again as the Sessions change.
+class TreePicker {
+  constructor(ns) {
+    this.ns = ns;
+    this.picked = [];
+    this.button = el("button", { type: "button", class: "more", id: "compare-picked", disabled: true }, "Compare");
+    this.hint = el("span", { class: "muted", id: "compare-hint" });
+    this.button.addEventListener("click", () => {
+      if (this.picked.length === 2) location.href = compareHref(this.ns, this.picked[0], this.ns, this.picked[1]);
+    });
+    this.update();
+  }
+
+  box(name) {
+    const box = el("input", { type: "checkbox", class: "pick", "data-session": name, "aria-label": "compare " + name, checked: this.picked.includes(name) });
+    box.addEventListener("change", () => {
+      this.picked = this.picked.filter((x) => x !== name);
+      if (box.checked) this.picked.push(name);
+      // A third tick replaces the oldest.
+      if (this.picked.length > 2) this.picked.shift();
+      for (const b of document.querySelectorAll("#tree input.pick")) b.checked = this.picked.includes(b.dataset.session);
+      this.update();
+    });
+    return box;
+  }
+
+  update() {
+    this.button.disabled = this.picked.length !== 2;
+    this.hint.textContent = this.picked.length === 2 ? " " + this.picked[0] + " (A) with " + this.picked[1] + " (B)" : " tick two Sessions to compare them";
+  }
+
+  element() {
+    return el("p", { class: "compare-pick" }, this.button, this.hint);
+  }
+}
+
+// ---- a comparison ----
+
+function compareHref(nsA, a, nsB, b) {
+  return "/compare/" + [nsA, a, nsB, b].map(encodeURIComponent).join("/");
+}
+
+// sharedText is the shared prefix on one line, as `kubectl turnlog diff`
+// prints it: "shared: seq 0–16, turns 1–3, 5 messages; cut at seq 16
+// (turn 3, aborted)".
+function sharedText(c) {
+  const s = c.shared;
+  const turns = s.turns === 1 ? "turn " + s.firstTurn : "turns " + s.firstTurn + "–" + s.lastTurn;
+  const line = "shared: seq 0–" + s.cutSeq + ", " + turns + ", " + s.messages + (s.messages === 1 ? " message" : " messages");
+  if (c.identical) return line + ": the two logs are the same";
+  if (s.cutSeq === s.lastTurnEndSeq) return line + "; cut at seq " + s.cutSeq + " (turn " + s.lastTurn + ", " + s.lastReason + ")";
+  return line + "; cut at seq " + s.cutSeq + " (after turn " + s.lastTurn + ")";
+}
+
+async function comparePage(nsA, a, nsB, b) {
+  setCrumbs("Compare", nsA + "/" + a + " ↔ " + nsB + "/" + b);
+  document.title = "Compare " + a + " and " + b + " — turnlog";
+  const sides = el("p", { class: "sides" },
+    "A: ", el("a", { href: sessionHref(nsA, a), id: "side-a" }, nsA + "/" + a),
+    " · B: ", el("a", { href: sessionHref(nsB, b), id: "side-b" }, nsB + "/" + b),
+    " · ", el("a", { href: compareHref(nsB, b, nsA, a), id: "swap" }, "swap"));
+  let c;
+  try {
+    c = await getJSON("/api" + compareHref(nsA, a, nsB, b));
+  } catch (e) {
+    main.replaceChildren(el("h2", {}, "Compare"), sides, el("p", { class: "error", id: "page-error" }, e.message));
+    return;
+  }
+  main.classList.add("wide");
+  main.replaceChildren(...[
+    el("h2", {}, "Compare"),
+    sides,
+    el("p", { id: "shared", class: "shared" }, sharedText(c)),
+    c.identical ? null : el("table", { id: "branches", class: "branches" },
+      el("thead", {}, el("tr", {}, sideHead("A", c.a), sideHead("B", c.b))),
+      el("tbody", {}, c.rows.map((r, i) => el("tr", { class: "row", "data-turn": r.turn },
+        compareCell("a", r.a, i === 0 && c.a.turns === 0, c.shared.cutSeq),
+        compareCell("b", r.b, i === 0 && c.b.turns === 0, c.shared.cutSeq))))),
+    c.moreRows ? el("p", { class: "muted", id: "more-rows" }, c.moreRows + " more turns after these: see each Session's page.") : null,
+  ].filter(Boolean));
+}
+
+function sideHead(letter, side) {
+  const detail = side.turns ? "head " + side.headSeq + ", replayed through " + side.throughSeq : "head " + side.headSeq;
+  return el("th", { class: "side-" + letter.toLowerCase() }, letter + ": " + side.namespace + "/" + side.name, el("span", { class: "detail" }, " — " + detail));
+}
+
+// compareCell is one branch's turn in a row; ended: the branch has
+// nothing after the cut.
+function compareCell(side, t, ended, cut) {
+  const td = el("td", { class: "side side-" + side });
+  if (ended) td.append(el("p", { class: "muted nothing" }, "nothing after seq " + cut + ": its log ends there"));
+  if (!t) return td;
+  const title = t.turn === 0 ? "between turns, seq " + t.startSeq + "–" + t.endSeq
+    : "turn " + t.turn + ", seq " + t.startSeq + (t.endSeq < 0 ? "–, open" : "–" + t.endSeq + ", " + t.reason + (t.replayed ? "" : ", not replayed yet"));
+  const section = el("section", { class: "turn", "data-turn": t.turn }, el("h4", {}, title));
+  let list = null;
+  for (const e of t.entries) {
+    if (e.kind === "frozen") {
+      list = null;
+      section.append(frozenItem(e, e.stopReason ? "stopped (" + e.stopReason + ")" : "stopped: its stream was cut"));
+      continue;
+    }
+    if (!list) {
+      list = el("ol", { class: "transcript" });
+      section.append(list);
+    }
+    list.append(messageItem(e));
+  }
+  td.append(section);
+  return td;
 }
 
 // ---- routing ----
 
-const m = location.pathname.match(/^\/s\/([^/]+)\/([^/]+)$/);
-if (m) sessionPage(decodeURIComponent(m[1]), decodeURIComponent(m[2]));
+const sessionPath = location.pathname.match(/^\/s\/([^/]+)\/([^/]+)$/);
+const comparePath = location.pathname.match(/^\/compare\/([^/]+)\/([^/]+)\/([^/]+)\/([^/]+)$/);
+if (sessionPath) sessionPage(decodeURIComponent(sessionPath[1]), decodeURIComponent(sessionPath[2]));
+else if (comparePath) comparePage(...comparePath.slice(1).map(decodeURIComponent));
 else sessionsPage();
