@@ -188,10 +188,11 @@ var _ = Describe("the kubectl plugin", Ordered, func() {
 		Expect(code).To(Equal(0), errOut)
 		lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
 		Expect(lines[0]).To(Equal("shared: seq 0-16, turns 1-3, 5 messages; cut at seq 16 (turn 3, aborted)"), out)
-		// The branches are two columns with " │ " between them.
+		// The branches are two columns with " │ " between them; a row
+		// whose right column is empty ends at the "│".
 		var left, right []string
 		for _, line := range lines[2:] {
-			l, r, found := strings.Cut(line, " │ ")
+			l, r, found := strings.Cut(line+" ", " │ ")
 			if !found {
 				Expect(line).To(MatchRegexp(`^─+┼─+$`), out)
 				continue
