@@ -14,7 +14,6 @@ package jaeger
 import (
 	"bufio"
 	"context"
-	"debug/buildinfo"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -28,6 +27,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/turnlog/turnlog/internal/testutil/toolbin"
 )
 
 const (
@@ -170,7 +171,7 @@ func (j *Jaeger) launch(bin, config string) error {
 		select {
 		case <-j.exited:
 			out, _ := os.ReadFile(j.logPath)
-			return fmt.Errorf("jaeger exited; its log:\n%s", tail(out, 2000))
+			return fmt.Errorf("jaeger exited; its log:\n%s", toolbin.Tail(out, 2000))
 		case <-deadline:
 			return fmt.Errorf("jaeger's query API at %s did not answer in 60s", j.Query)
 		case <-time.After(100 * time.Millisecond):
@@ -340,47 +341,23 @@ func (j *Jaeger) get(path string, out any) error {
 // hack/jaeger if it is missing or another version. progress is told
 // before a slow build.
 func Binary(progress func(string)) (string, error) {
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		return "", err
-	}
-	dir := filepath.Join(cache, "turnlog", "bin")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "jaeger")
-	if installed(bin) {
-		return bin, nil
-	}
-	// Test binaries of several packages run at once; one builds, the
-	// others wait for it.
-	lock, err := os.OpenFile(filepath.Join(dir, "jaeger.lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return "", err
-	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", fmt.Errorf("lock %s: %w", lock.Name(), err)
-	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
-	if installed(bin) {
-		return bin, nil
-	}
 	module, err := toolsModule()
 	if err != nil {
 		return "", err
 	}
-	progress(fmt.Sprintf("jaeger: building %s/cmd/jaeger@%s from %s into %s (about 8 minutes the first time)", Module, Version, module, dir))
-	cmd := exec.Command("go", "build", "-o", bin, Module+"/cmd/jaeger")
-	cmd.Dir = module
-	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=readonly", "GOWORK=off")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build %s/cmd/jaeger: %w\n%s", Module, err, tail(out, 4000))
-	}
-	if !installed(bin) {
-		return "", fmt.Errorf("the build in %s did not give %s at %s: hack/jaeger/go.mod and this package disagree", module, Module, Version)
-	}
-	return bin, nil
+	return toolbin.Tool{
+		Name: "jaeger", Module: Module, Version: Version,
+		About: fmt.Sprintf("building %s/cmd/jaeger@%s from %s (about 8 minutes the first time)", Module, Version, module),
+		Build: func(_, bin string) error {
+			cmd := exec.Command("go", "build", "-o", bin, Module+"/cmd/jaeger")
+			cmd.Dir = module
+			cmd.Env = append(os.Environ(), "GOFLAGS=-mod=readonly", "GOWORK=off")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return fmt.Errorf("go build %s/cmd/jaeger: %w\n%s", Module, err, toolbin.Tail(out, 4000))
+			}
+			return nil
+		},
+	}.Path(progress)
 }
 
 // toolsModule is hack/jaeger of the tree this file is in.
@@ -394,20 +371,6 @@ func toolsModule() (string, error) {
 		return "", fmt.Errorf("cannot find hack/jaeger's go.mod: %w", err)
 	}
 	return dir, nil
-}
-
-// installed reports whether bin is Jaeger built at Version.
-func installed(bin string) bool {
-	info, err := buildinfo.ReadFile(bin)
-	if err != nil {
-		return false
-	}
-	for _, d := range append(info.Deps, &info.Main) {
-		if d.Path == Module {
-			return d.Version == Version
-		}
-	}
-	return false
 }
 
 func freePorts(n int) ([]string, error) {
@@ -427,11 +390,4 @@ func freePorts(n int) ([]string, error) {
 		ports = append(ports, strconv.Itoa(l.Addr().(*net.TCPAddr).Port))
 	}
 	return ports, nil
-}
-
-func tail(b []byte, n int) string {
-	if len(b) > n {
-		b = b[len(b)-n:]
-	}
-	return strings.TrimSpace(string(b))
 }

@@ -9,7 +9,6 @@ package versitygw
 import (
 	"context"
 	"crypto/rand"
-	"debug/buildinfo"
 	"fmt"
 	"net"
 	"net/url"
@@ -17,7 +16,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -27,6 +25,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/turnlog/turnlog/internal/store"
+	"github.com/turnlog/turnlog/internal/testutil/toolbin"
 )
 
 const (
@@ -190,7 +189,7 @@ func (s *Server) launch(ready func(context.Context, *s3.Client) error) error {
 		select {
 		case <-exited:
 			out, _ := os.ReadFile(s.logPath)
-			return fmt.Errorf("server on %s exited; its log:\n%s", s.addr, tail(out, 2000))
+			return fmt.Errorf("server on %s exited; its log:\n%s", s.addr, toolbin.Tail(out, 2000))
 		case <-ctx.Done():
 			return fmt.Errorf("server on %s did not come up: %w", s.addr, err)
 		case <-time.After(50 * time.Millisecond):
@@ -227,49 +226,20 @@ func (s *Server) stop() {
 // Binary returns the path of the versitygw binary, installing it first if it
 // is missing or another version. progress is told before a slow install.
 func Binary(progress func(string)) (string, error) {
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		return "", err
-	}
-	dir := filepath.Join(cache, "turnlog", "bin")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "versitygw")
-	if installed(bin) {
-		return bin, nil
-	}
-	// Test binaries of several packages run at once; one installs, the
-	// others wait for it.
-	lock, err := os.OpenFile(filepath.Join(dir, "versitygw.lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return "", err
-	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", fmt.Errorf("lock %s: %w", lock.Name(), err)
-	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
-	if installed(bin) {
-		return bin, nil
-	}
 	pkg := Module + "/cmd/versitygw@" + Version
-	progress(fmt.Sprintf("versitygw: installing %s into %s (about 100 s the first time, needs cgo)", pkg, dir))
-	cmd := exec.Command("go", "install", pkg)
-	cmd.Dir = dir // outside any module, so the caller's go.mod plays no part
-	cmd.Env = append(os.Environ(), "GOBIN="+dir, "GOFLAGS=", "CGO_ENABLED=1")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go install %s: %w\n%s", pkg, err, tail(out, 4000))
-	}
-	if !installed(bin) {
-		return "", fmt.Errorf("go install %s did not produce %s at %s", pkg, bin, Version)
-	}
-	return bin, nil
-}
-
-func installed(bin string) bool {
-	info, err := buildinfo.ReadFile(bin)
-	return err == nil && info.Main.Path == Module && info.Main.Version == Version
+	return toolbin.Tool{
+		Name: "versitygw", Module: Module, Version: Version,
+		About: fmt.Sprintf("installing %s (about 100 s the first time, needs cgo)", pkg),
+		Build: func(dir, _ string) error {
+			cmd := exec.Command("go", "install", pkg)
+			cmd.Dir = dir // outside any module, so the caller's go.mod plays no part
+			cmd.Env = append(os.Environ(), "GOBIN="+dir, "GOFLAGS=", "CGO_ENABLED=1")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return fmt.Errorf("go install %s: %w\n%s", pkg, err, toolbin.Tail(out, 4000))
+			}
+			return nil
+		},
+	}.Path(progress)
 }
 
 // dataDir returns an empty directory for the server's posix backend, which
@@ -311,11 +281,4 @@ func freePort(host string) (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func tail(b []byte, n int) string {
-	if len(b) > n {
-		b = b[len(b)-n:]
-	}
-	return strings.TrimSpace(string(b))
 }
