@@ -2,17 +2,13 @@ package compare
 
 import (
 	"fmt"
-	"runtime"
-	"runtime/debug"
-	"runtime/metrics"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/turnlog/turnlog/internal/sessionlog"
 	"github.com/turnlog/turnlog/internal/store"
+	"github.com/turnlog/turnlog/internal/testutil/heappeak"
 )
 
 // prefixBytes is the size of the turn the two logs of
@@ -69,7 +65,7 @@ func TestComparisonHoldsTheBranchesNotThePrefix(t *testing.T) {
 
 	var c Comparison
 	start := time.Now()
-	peak := peakHeap(t, func() {
+	peak, _ := heappeak.Over(heapBound, func() {
 		if c, err = Compare(t.Context(), s.branch("long"), s.branch("long-retry")); err != nil {
 			t.Error(err)
 		}
@@ -82,40 +78,4 @@ func TestComparisonHoldsTheBranchesNotThePrefix(t *testing.T) {
 	if peak > heapBound {
 		t.Errorf("peak heap %.1f MiB over the baseline, more than the bound of %d MiB: the shared prefix is held", float64(peak)/(1<<20), heapBound>>20)
 	}
-}
-
-// peakHeap runs f with the runtime's memory limit at heapBound over the
-// heap in use before it, so that the collector keeps garbage down, and
-// returns the peak of the heap's objects over that baseline, sampled
-// every millisecond.
-func peakHeap(t *testing.T, f func()) uint64 {
-	t.Helper()
-	runtime.GC()
-	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-	metrics.Read(sample)
-	base := sample[0].Value.Uint64()
-	defer debug.SetMemoryLimit(debug.SetMemoryLimit(int64(base + heapBound)))
-	var peak atomic.Uint64
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-		tick := time.NewTicker(time.Millisecond)
-		defer tick.Stop()
-		for {
-			metrics.Read(s)
-			if v := s[0].Value.Uint64(); v > peak.Load() {
-				peak.Store(v)
-			}
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-			}
-		}
-	})
-	f()
-	close(done)
-	wg.Wait()
-	return peak.Load() - min(base, peak.Load())
 }

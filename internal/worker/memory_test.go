@@ -9,13 +9,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"runtime"
-	"runtime/debug"
-	"runtime/metrics"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +18,7 @@ import (
 
 	"github.com/turnlog/turnlog/internal/sessionlog"
 	"github.com/turnlog/turnlog/internal/store"
+	"github.com/turnlog/turnlog/internal/testutil/heappeak"
 	"github.com/turnlog/turnlog/internal/testutil/loggen"
 )
 
@@ -205,37 +201,8 @@ func measureHeap(t *testing.T, f func(), what string) uint64 {
 // measureHeapWithin is measureHeap with another bound.
 func measureHeapWithin(t *testing.T, bound uint64, f func(), what string) uint64 {
 	t.Helper()
-	runtime.GC()
-	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-	metrics.Read(sample)
-	base := sample[0].Value.Uint64()
-	defer debug.SetMemoryLimit(debug.SetMemoryLimit(int64(base + bound)))
-
-	var peak atomic.Uint64
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-		tick := time.NewTicker(time.Millisecond)
-		defer tick.Stop()
-		for {
-			metrics.Read(s)
-			if v := s[0].Value.Uint64(); v > peak.Load() {
-				peak.Store(v)
-			}
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-			}
-		}
-	})
-	start := time.Now()
-	f()
-	close(done)
-	wg.Wait()
-	over := peak.Load() - min(base, peak.Load())
-	t.Logf("%s: peak heap %.1f MiB over the baseline, %v", what, float64(over)/(1<<20), time.Since(start).Round(time.Millisecond))
+	over, took := heappeak.Over(bound, f)
+	t.Logf("%s: peak heap %.1f MiB over the baseline, %v", what, float64(over)/(1<<20), took.Round(time.Millisecond))
 	if over > bound {
 		t.Errorf("%s: peak heap %.1f MiB over the baseline, more than the bound of %d MiB", what, float64(over)/(1<<20), bound>>20)
 	}
