@@ -41,6 +41,9 @@ func TestForkAndResumeInPi(t *testing.T) {
 	pi.Prompt(second)
 	parentSecond := prov.Requests()[2]
 
+	// The package writes behind pi: the log holds both turns a moment
+	// after pi settles, not at once.
+	waitTurns(t, parent, 2)
 	parentLog := parent.export(t)
 	events := validate(t, parentLog)
 	// At the first user message, as pi names it.
