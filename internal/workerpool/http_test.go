@@ -451,7 +451,9 @@ func TestServeStopsARunItCannotRenew(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go func() { _ = Serve(ctx, c, ServeOptions{Execute: x.Execute, HeartbeatEvery: 400 * time.Millisecond, Logf: logf}) }()
+	go func() {
+		_ = Serve(ctx, c, ServeOptions{Execute: x.Execute, HeartbeatEvery: 400 * time.Millisecond, Logf: logf})
+	}()
 
 	b.Submit(Run{Namespace: "a", Name: "b1", SessionUID: "uid-b1", Args: []string{"block", "b1"}})
 	select {
