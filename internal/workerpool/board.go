@@ -270,6 +270,11 @@ type Lease struct {
 	ID   string   `json:"id"`
 	Name string   `json:"name"`
 	Args []string `json:"args"`
+	// Timeout is how long the board keeps the lease without a heartbeat
+	// before it gives the run to another pod; a pod that cannot renew it
+	// for that long stops the run. Zero (a manager that does not say) is
+	// DefaultLeaseTimeout.
+	Timeout time.Duration `json:"timeout,omitempty"`
 }
 
 // TryLease hands the run at the front of namespace's line to pod, if one
@@ -302,7 +307,7 @@ func (b *Board) tryLease(namespace, pod string) (Lease, *entry, bool) {
 	e.deadline = now.Add(b.opts.LeaseTimeout)
 	e.status.State, e.status.Pod, e.status.Began = Leased, pod, now
 	b.leases[e.lease] = e
-	return Lease{ID: e.lease, Name: e.Name, Args: slices.Clone(e.Args)}, e, true
+	return Lease{ID: e.lease, Name: e.Name, Args: slices.Clone(e.Args), Timeout: b.opts.LeaseTimeout}, e, true
 }
 
 // Changed returns a channel closed when namespace's line next changes in a

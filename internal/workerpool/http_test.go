@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -412,6 +413,87 @@ func TestServe(t *testing.T) {
 	}
 	if n := x.calls.Load(); n != 11 {
 		t.Errorf("Execute called %d times, want 11 (each run once)", n)
+	}
+}
+
+// A pod cut off from its manager in the middle of a run stops the run
+// before the board gives the run to another pod, which would otherwise
+// write the same Session's derived data at the same time.
+func TestServeStopsARunItCannotRenew(t *testing.T) {
+	var lost sync.Once
+	gaveAway := make(chan time.Time, 1)
+	b := NewBoard(Options{LeaseTimeout: 2 * time.Second, Lost: func(Run, Status) {
+		lost.Do(func() { gaveAway <- time.Now() })
+	}})
+	var cut atomic.Bool
+	handler := Handler(b, testTokens)
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if cut.Load() && strings.HasSuffix(r.URL.Path, "/heartbeat") {
+			// The manager is out of reach: the connection drops.
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+			return
+		}
+		handler.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	p := &pool{board: b, srv: srv, ca: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})}
+	c := p.client(t, "a", testTokens.Token("a"))
+	x := &executor{started: make(chan string, 1), stopped: make(chan string, 1), release: make(chan struct{})}
+	var logs strings.Builder
+	var logMu sync.Mutex
+	logf := func(format string, args ...any) {
+		logMu.Lock()
+		defer logMu.Unlock()
+		fmt.Fprintf(&logs, format+"\n", args...)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		_ = Serve(ctx, c, ServeOptions{Execute: x.Execute, HeartbeatEvery: 400 * time.Millisecond, Logf: logf})
+	}()
+
+	b.Submit(Run{Namespace: "a", Name: "b1", SessionUID: "uid-b1", Args: []string{"block", "b1"}})
+	select {
+	case <-x.started:
+	case <-time.After(5 * time.Second):
+		t.Fatal("b1 never started")
+	}
+	cut.Store(true)
+	// The manager gives up leases as it does, looking every 50 ms.
+	expiring := time.NewTicker(50 * time.Millisecond)
+	defer expiring.Stop()
+	giveUp := time.After(10 * time.Second)
+	var stoppedAt time.Time
+	for stoppedAt.IsZero() {
+		select {
+		case <-x.stopped:
+			stoppedAt = time.Now()
+		case <-expiring.C:
+			b.Expire()
+		case <-giveUp:
+			t.Fatal("a pod that could not renew its lease went on with the run")
+		}
+	}
+	for {
+		select {
+		case <-expiring.C:
+			b.Expire()
+		case <-giveUp:
+			t.Fatal("the board never gave up the lease of the cut-off pod")
+		case at := <-gaveAway:
+			if at.Before(stoppedAt) {
+				t.Fatalf("the board gave b1 to another pod %s before the cut-off pod stopped it", stoppedAt.Sub(at))
+			}
+			logMu.Lock()
+			defer logMu.Unlock()
+			if !strings.Contains(logs.String(), "run b1: the lease was not renewed for") {
+				t.Errorf("the pod did not say why it stopped b1:\n%s", logs.String())
+			}
+			return
+		}
 	}
 }
 

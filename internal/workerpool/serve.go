@@ -76,26 +76,50 @@ func serveOne(ctx context.Context, c *Client, o ServeOptions) error {
 
 // work does one leased run under heartbeats, and reports how it ended. It
 // is not cancelled with the pod's context: a pod being stopped finishes
-// what it holds. It stops only if the lease is lost.
+// what it holds. It stops only if the lease is lost: the manager says so
+// (the run was taken off the board, e.g. its Session moved to another
+// shard, or the manager restarted), or the pod could not renew the lease
+// for nearly as long as the board keeps it, so that the run has stopped
+// before the board gives it to another pod: two runs of one Session never
+// write at once, even when a pod is cut off from its manager.
 func work(c *Client, lease Lease, o ServeOptions) {
 	runCtx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	keep := lease.Timeout
+	if keep <= 0 {
+		keep = DefaultLeaseTimeout
+	}
+	// Two beats short: a tick may come a beat late behind a heartbeat
+	// that timed out.
+	keep = max(keep-2*o.HeartbeatEvery, o.HeartbeatEvery)
 	beats := make(chan struct{})
 	go func() {
 		defer close(beats)
 		t := time.NewTicker(o.HeartbeatEvery)
 		defer t.Stop()
+		renewed := time.Now()
 		for {
 			select {
 			case <-runCtx.Done():
 				return
 			case <-t.C:
 			}
-			if err := c.Heartbeat(runCtx, lease.ID); errors.Is(err, ErrGone) || errors.Is(err, ErrUnauthorized) {
+			if time.Since(renewed) >= keep {
+				o.Logf("run %s: the lease was not renewed for %s; stopping the run, which the manager gives to another pod", lease.Name, time.Since(renewed).Round(time.Millisecond))
+				cancel()
+				return
+			}
+			beat, done := context.WithTimeout(runCtx, o.HeartbeatEvery)
+			err := c.Heartbeat(beat, lease.ID)
+			done()
+			switch {
+			case err == nil:
+				renewed = time.Now()
+			case errors.Is(err, ErrGone) || errors.Is(err, ErrUnauthorized):
 				o.Logf("run %s: %v; stopping it", lease.Name, err)
 				cancel()
 				return
-			} else if err != nil && runCtx.Err() == nil {
+			case runCtx.Err() == nil:
 				o.Logf("run %s: heartbeat: %v", lease.Name, err)
 			}
 		}
