@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"context"
 	"fmt"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
@@ -12,11 +13,14 @@ import (
 
 // workerRun is the run of the pending task: what it is told, and the
 // name that makes it the same run in every reconcile until its position
-// or its command line changes.
-func (s *sessionScope) workerRun() WorkerRun {
+// or its command line changes. It carries the trace context of ctx's span
+// (the work step's), whose child the run's span is, on a worker pod as in
+// this process; the name leaves it out (Invocation.Digest), so each
+// reconcile, under its own trace, finds the same run.
+func (s *sessionScope) workerRun(ctx context.Context) WorkerRun {
 	run := WorkerRun{
 		Session:    s.session,
-		Invocation: workerInvocation(s.session, s.pending, s.store.URL, s.location),
+		Invocation: workerInvocation(s.session, s.pending, s.store.URL, s.location).WithTrace(ctx),
 		Store:      s.store.Name, Log: s.log,
 	}
 	run.Name = runName(s.session, run.Invocation, s.position(run.Task))

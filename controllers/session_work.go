@@ -18,7 +18,7 @@ func (r *SessionReconciler) reconcileWork(ctx context.Context, s *sessionScope) 
 		s.session.Status.Worker = nil
 	}
 	for s.pending != "" {
-		run := s.workerRun()
+		run := s.workerRun(ctx)
 		if busy, err := r.Workers.Busy(ctx, s.session, run.Name); err != nil {
 			return err
 		} else if busy != "" {

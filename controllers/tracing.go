@@ -16,9 +16,10 @@ import (
 )
 
 // A reconcile is a span, each of its steps a child span, and a run the
-// work step starts in this process (local mode) a child of that step's:
-// through the global tracer provider, the no-op one unless the manager
-// exports traces (internal/telemetry).
+// work step starts a child of that step's, in this process (local mode)
+// or on a worker pod, which is handed the step's trace context on the
+// run's command line (workerRun): through the global tracer provider, the
+// no-op one unless the manager exports traces (internal/telemetry).
 
 // tracer is asked of the global provider at each span, so that a provider
 // set after start (or replaced) is the one used.

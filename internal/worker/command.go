@@ -47,6 +47,16 @@ type Invocation struct {
 	// source copied); empty for a Session that is no fork's.
 	ForkSource string
 	ForkCut    int64
+	// Trace is where the run was asked for: the W3C trace context of the
+	// manager's span that submitted it, whose child the run's span is. It
+	// says nothing of what the run does, so Digest leaves it out.
+	Trace TraceContext
+}
+
+// TraceContext is a W3C trace context: the traceparent and tracestate
+// headers' values, empty for none.
+type TraceContext struct {
+	Parent, State string
 }
 
 // flags binds every flag of the worker command line to a field of inv:
@@ -66,12 +76,23 @@ func (inv *Invocation) flags(fs *flag.FlagSet) {
 	fs.Int64Var(&inv.SentKeptThrough, "sent-kept-through", 0, "a fork's cut: the responses through this seq were requested by the source's host, with every block kept")
 	fs.StringVar(&inv.ForkSource, "fork-source-uid", "", "a fork's child: the UID of the Session whose trace holds the turn it was cut at")
 	fs.Int64Var(&inv.ForkCut, "fork-cut-seq", 0, "a fork's child: the seq of the turn/end its log was cut at")
+	fs.StringVar(&inv.Trace.Parent, flagTraceParent, "", "W3C traceparent of the span that asked for the run, its span's parent; empty or malformed: the run's span is a root")
+	fs.StringVar(&inv.Trace.State, flagTraceState, "", "W3C tracestate going with --traceparent")
 }
+
+// The flags of Invocation.Trace, which Digest leaves out.
+const (
+	flagTraceParent = "traceparent"
+	flagTraceState  = "tracestate"
+)
 
 // Args is the invocation's command line after the binary's name:
 // `worker TASK --flag=value ...`, every flag written, so that parsing it
 // gives back exactly inv.
-func (inv Invocation) Args() []string {
+func (inv Invocation) Args() []string { return inv.commandLine(true) }
+
+// commandLine is Args, without the trace context's flags unless withTrace.
+func (inv Invocation) commandLine(withTrace bool) []string {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	// Binding sets each field to its default; the values are put in after.
 	var bound Invocation
@@ -79,15 +100,21 @@ func (inv Invocation) Args() []string {
 	bound = inv
 	args := []string{"worker", string(inv.Task)}
 	fs.VisitAll(func(f *flag.Flag) {
-		args = append(args, "--"+f.Name+"="+f.Value.String())
+		if withTrace || (f.Name != flagTraceParent && f.Name != flagTraceState) {
+			args = append(args, "--"+f.Name+"="+f.Value.String())
+		}
 	})
 	return args
 }
 
-// Digest identifies the invocation by its command line: equal digests, the
-// same arguments.
+// Digest identifies the run the invocation asks for by its command line,
+// the trace context left out: equal digests, the same arguments but for
+// where the run was asked from. A run submitted again from another
+// reconcile is the same run (its name, its failures and the span
+// attribute turnlog.worker.invocation are of the digest), and a digest
+// is what it was before the command line carried trace contexts.
 func (inv Invocation) Digest() string {
-	sum := sha256.Sum256([]byte(strings.Join(inv.Args(), "\x00")))
+	sum := sha256.Sum256([]byte(strings.Join(inv.commandLine(false), "\x00")))
 	return hex.EncodeToString(sum[:])
 }
 

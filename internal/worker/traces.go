@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/turnlog/turnlog/internal/derived"
@@ -98,11 +99,34 @@ func sessionOf(inv Invocation) turnspans.Identity {
 	return id
 }
 
-// startRun starts the span of a worker run, a child of the reconcile's
-// in local mode; end ends it with the run's error. Without an export the
+// WithTrace is inv carrying the trace context of ctx's span, so that the
+// run's span, wherever the run is done, is that span's child; inv with no
+// trace context when ctx has no span (traces off).
+func (inv Invocation) WithTrace(ctx context.Context) Invocation {
+	headers := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, headers)
+	inv.Trace = TraceContext{Parent: headers.Get("traceparent"), State: headers.Get("tracestate")}
+	return inv
+}
+
+// parentOf is ctx with the invocation's trace context as its remote
+// parent span. Without one, or with one that does not parse (an old or
+// odd manager), ctx is left as it is: the run's span is then a child of
+// whatever span ctx holds, or a root.
+func (inv Invocation) parentOf(ctx context.Context) context.Context {
+	if inv.Trace.Parent == "" {
+		return ctx
+	}
+	return propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{
+		"traceparent": inv.Trace.Parent, "tracestate": inv.Trace.State})
+}
+
+// startRun starts the span of a worker run, a child of the manager's span
+// that asked for it (Invocation.Trace), on a worker pod as in the
+// manager's own process; end ends it with the run's error. Without an export the
 // span records nothing, and its attributes are not even made.
 func startRun(ctx context.Context, inv Invocation) (context.Context, func(error)) {
-	ctx, span := otel.Tracer(telemetry.Scope).Start(ctx, "worker "+string(inv.Task))
+	ctx, span := otel.Tracer(telemetry.Scope).Start(inv.parentOf(ctx), "worker "+string(inv.Task))
 	if span.IsRecording() {
 		span.SetAttributes(
 			attribute.String("turnlog.session", inv.Location.Session),

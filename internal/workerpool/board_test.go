@@ -3,6 +3,7 @@ package workerpool
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -142,6 +143,35 @@ func TestBoardSubmitDoesNotDuplicate(t *testing.T) {
 	if ns := b.Namespaces(time.Hour); len(ns) != 1 || ns[0].Waiting != 0 || ns[0].Leased != 2 {
 		t.Errorf("Namespaces = %+v, want ns with 0 waiting and 2 leased", ns)
 	}
+}
+
+// TestBoardKeepsARunsFirstArgs: a run is known by its name. Submitted
+// again under that name with another command line (the manager hands
+// each run the trace context of the reconcile that submits it), it is
+// still one run, leased with the command line it was first submitted
+// with, and so is its redo after its pod stopped answering.
+func TestBoardKeepsARunsFirstArgs(t *testing.T) {
+	clk := newClock()
+	b := NewBoard(Options{LeaseTimeout: 10 * time.Second, Now: clk.Now})
+	first := run("ns", "r1")
+	first.Args = append(first.Args, "--traceparent=00-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-1111111111111111-01")
+	again := run("ns", "r1")
+	again.Args = append(again.Args, "--traceparent=00-bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb-2222222222222222-01")
+	b.Submit(first)
+	b.Submit(again)
+	l := mustLease(t, b, "ns", "pod-a")
+	if !slices.Equal(l.Args, first.Args) {
+		t.Fatalf("leased %q, want the first submission's %q", l.Args, first.Args)
+	}
+	noLease(t, b, "ns")
+	clk.Advance(10 * time.Second)
+	b.Expire()
+	b.Submit(again)
+	redo := mustLease(t, b, "ns", "pod-b")
+	if redo.Name != "r1" || !slices.Equal(redo.Args, first.Args) {
+		t.Errorf("the redo leased %s %q, want r1 with the first submission's %q", redo.Name, redo.Args, first.Args)
+	}
+	noLease(t, b, "ns")
 }
 
 func TestBoardNamespaceRunsAndFairness(t *testing.T) {

@@ -154,6 +154,17 @@ func TestSessionsAsTraces(t *testing.T) {
 // replay, have run) and returns the seq of its turn/end.
 func appendTurn(ctx context.Context, t *testing.T, log *agenthost.Log, first bool, events []agenthost.Event) int64 {
 	t.Helper()
+	end := writeTurn(ctx, t, log, first, events)
+	if _, err := log.WaitTranscript(ctx, end); err != nil {
+		t.Fatal(err)
+	}
+	return end
+}
+
+// writeTurn appends a turn, which nudges its Session, and returns the seq
+// of its turn/end.
+func writeTurn(ctx context.Context, t *testing.T, log *agenthost.Log, first bool, events []agenthost.Event) int64 {
+	t.Helper()
 	if first {
 		events = append([]agenthost.Event{agenthost.SessionStart(model)}, events...)
 	}
@@ -166,9 +177,6 @@ func appendTurn(ctx context.Context, t *testing.T, log *agenthost.Log, first boo
 	}
 	head, err := log.Head(ctx)
 	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := log.WaitTranscript(ctx, head.LastTurnEnd); err != nil {
 		t.Fatal(err)
 	}
 	return head.LastTurnEnd

@@ -204,7 +204,17 @@ func (j *Jaeger) Services() ([]string, error) {
 type Trace struct {
 	TraceID string `json:"traceID"`
 	Spans   []Span `json:"spans"`
+	// Processes are the senders of its spans, by Span.ProcessID.
+	Processes map[string]Process `json:"processes"`
 }
+
+// Process is a sender of spans: a service.
+type Process struct {
+	ServiceName string `json:"serviceName"`
+}
+
+// Service is the service that sent s, one of the trace's spans.
+func (tr Trace) Service(s Span) string { return tr.Processes[s.ProcessID].ServiceName }
 
 // Span is a span as the query API returns it.
 type Span struct {
@@ -215,6 +225,7 @@ type Span struct {
 	Tags          []Tag       `json:"tags"`
 	StartTime     int64       `json:"startTime"`
 	Duration      int64       `json:"duration"`
+	ProcessID     string      `json:"processID"`
 }
 
 // Reference is a span's parent (CHILD_OF) or link (FOLLOWS_FROM).
