@@ -228,10 +228,13 @@ image: ## Build the image IMG without Docker, from the Dockerfile's recipe, as a
 	$(GO) run ./hack/image --dockerfile Dockerfile --ref $(IMG) --out $(BIN_DIR)/turnlog-image.tar
 
 SCALE_N ?= 1000,5000,10000
+# SCALE_SHARDS=3 spreads the SCALE_N Sessions over 3 shards, a manager each
+# (docs/scaling.md); 0 is one manager.
+SCALE_SHARDS ?= 0
 SCALE_FLAGS ?= -scale.manager-args='--poll-interval=1s --max-poll-interval=1m' -scale.settle=70s -scale.window=2m -scale.unnudged-timeout=3m
 .PHONY: bench-scale
 bench-scale: control-plane ## Measure the manager at SCALE_N Sessions: memory, requests, restart, append latency (docs/benchmarks.md).
-	KUBEBUILDER_ASSETS=$(CONTROL_PLANE_DIR) $(GO) test ./test/scale/ -run TestScale -count=1 -timeout 8h -v -args -scale.n=$(SCALE_N) -scale.out=$(CURDIR)/bin/scale.jsonl $(SCALE_FLAGS)
+	KUBEBUILDER_ASSETS=$(CONTROL_PLANE_DIR) $(GO) test ./test/scale/ -run TestScale -count=1 -timeout 8h -v -args -scale.n=$(SCALE_N) -scale.shards=$(SCALE_SHARDS) -scale.out=$(CURDIR)/bin/scale.jsonl $(SCALE_FLAGS)
 
 FLOOD_ROWS ?= quiet,nudges,forks,delete,slow
 .PHONY: bench-flood

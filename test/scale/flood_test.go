@@ -65,7 +65,7 @@ func TestFlood(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	m := h.manager("flood")
+	m := h.manager("flood", "")
 	m.scrape()
 	quiet := h.floodSession("team-b", "quiet", [][][]byte{append([][]byte{startEvent()}, turnEvents(1)...)})
 	h.waitCurrent("team-b", quiet.Name, 2*time.Minute)

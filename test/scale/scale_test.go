@@ -26,11 +26,13 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/kubeapply"
 	"github.com/turnlog/turnlog/internal/sessionlog"
 	"github.com/turnlog/turnlog/internal/store"
 	"github.com/turnlog/turnlog/internal/testutil/versitygw"
@@ -46,42 +48,42 @@ var (
 	flagSilent  = flag.Duration("scale.unnudged-timeout", 0, "how long to wait for an append without a nudge to reach status; 0 skips that measurement")
 	flagRestart = flag.Duration("scale.restart-timeout", 10*time.Minute, "longest wait for a restarted manager to reconcile every Session")
 	flagOut     = flag.String("scale.out", "", "append each result as a JSON line to this file")
+	flagShards  = flag.Int("scale.shards", 0, "spread the Sessions over this many shards, each with a manager of its own (config/shards' admission policy labels them); 0: one manager, no shards")
 )
 
 // namespace holds the Sessions of a run.
 const namespace = "scale"
 
-// Result is what one run measured.
+// Result is what one run measured. In a sharded run (-scale.shards) the
+// manager's costs are the sums over the shards' managers (their memory
+// added up, their requests per Session over every Session), each shard's
+// own are in PerShard, and the restart is of one shard's manager while the
+// others go on.
 type Result struct {
 	Sessions    int    `json:"sessions"`
 	Store       string `json:"store"`
 	ManagerArgs string `json:"managerArgs"`
 	Events      int64  `json:"logEvents"`
+	Shards      int    `json:"shards,omitempty"`
 
 	// Cold start: a manager meeting every Session for the first time.
-	ReadySeconds   float64          `json:"readySeconds"`
-	ColdReconciles float64          `json:"coldReconciles"`
-	ColdAPI        map[string]int64 `json:"coldApiRequests"`
-	ColdStore      map[string]int64 `json:"coldStoreRequests"`
+	ReadySeconds float64 `json:"readySeconds"`
+	ManagerCost
 
 	// Idle: every Session Ready, nothing appended.
-	IdleRSSMiB         float64            `json:"idleRssMiB"`
-	PeakRSSMiB         float64            `json:"peakRssMiB"`
-	HeapMiB            float64            `json:"heapInuseMiB"`
-	IdleWindowSeconds  float64            `json:"idleWindowSeconds"`
-	IdleStorePerHour   map[string]float64 `json:"idleStoreRequestsPerSessionHour"`
-	IdleReconcilesHour float64            `json:"idleReconcilesPerSessionHour"`
-	IdleAPIPerHour     map[string]float64 `json:"idleApiRequestsPerSessionHour"`
+	IdleWindowSeconds float64 `json:"idleWindowSeconds"`
 	// IdleStatusWrites counts Sessions whose object changed in the window.
-	IdleStatusWrites    int64   `json:"idleSessionsWritten"`
-	IdleEventsCreated   int64   `json:"idleEventsCreated"`
-	ReconcileMeanMillis float64 `json:"reconcileMeanMillis"`
+	IdleStatusWrites  int64 `json:"idleSessionsWritten"`
+	IdleEventsCreated int64 `json:"idleEventsCreated"`
 
 	// Appends.
 	NudgedMillis   []float64 `json:"nudgedAppendMillis"`
 	UnnudgedMillis []float64 `json:"unnudgedAppendMillis,omitempty"`
 
-	// Restart: a new manager process over the same Sessions.
+	// Restart: a new manager process over the same Sessions (in a sharded
+	// run, over RestartShard's, RestartSessions of them).
+	RestartShard      string           `json:"restartShard,omitempty"`
+	RestartSessions   int              `json:"restartSessions"`
 	RestartSeconds    float64          `json:"restartSeconds"`
 	RestartReconciles float64          `json:"restartReconciles"`
 	RestartRSSMiB     float64          `json:"restartRssMiB"`
@@ -90,6 +92,35 @@ type Result struct {
 	// RestartWorkerRuns counts derived-data writes after the restart: each
 	// worker run writes some, so 0 means no run was repeated.
 	RestartWorkerRuns int64 `json:"restartDerivedWrites"`
+	// RestartOthersMillis are nudged appends to the other shards' Sessions
+	// made while the restarted shard's manager was starting: what its
+	// restart cost the tenants of the others.
+	RestartOthersMillis []float64 `json:"restartOtherShardsAppendMillis,omitempty"`
+
+	PerShard []ShardResult `json:"perShard,omitempty"`
+}
+
+// ManagerCost is what a manager (or the managers of every shard,
+// together) cost from the cold start through the idle window.
+type ManagerCost struct {
+	ColdReconciles float64          `json:"coldReconciles"`
+	ColdAPI        map[string]int64 `json:"coldApiRequests"`
+	ColdStore      map[string]int64 `json:"coldStoreRequests"`
+
+	IdleRSSMiB          float64            `json:"idleRssMiB"`
+	PeakRSSMiB          float64            `json:"peakRssMiB"`
+	HeapMiB             float64            `json:"heapInuseMiB"`
+	IdleStorePerHour    map[string]float64 `json:"idleStoreRequestsPerSessionHour"`
+	IdleReconcilesHour  float64            `json:"idleReconcilesPerSessionHour"`
+	IdleAPIPerHour      map[string]float64 `json:"idleApiRequestsPerSessionHour"`
+	ReconcileMeanMillis float64            `json:"reconcileMeanMillis"`
+}
+
+// ShardResult is one shard's manager in a sharded run.
+type ShardResult struct {
+	Shard    string `json:"shard"`
+	Sessions int    `json:"sessions"`
+	ManagerCost
 }
 
 func TestScale(t *testing.T) {
@@ -130,78 +161,125 @@ type harness struct {
 	dir        string
 	names      []string
 	heads      []int64
+	// shards are the names' shards (all "" in an unsharded run).
+	shards []string
 }
 
 func measure(t *testing.T, n int) Result {
 	h := start(t)
-	res := Result{Sessions: n, Store: *flagStore, ManagerArgs: *flagArgs}
+	res := Result{Sessions: n, Store: *flagStore, ManagerArgs: *flagArgs, Shards: *flagShards}
 	res.Events = h.createSessions(n)
 
 	// Cold start.
-	m := h.manager("cold")
+	ms := h.managers("cold")
 	began := time.Now()
 	h.waitReady(n, began)
 	res.ReadySeconds = time.Since(began).Seconds()
-	cold := m.scrape()
-	res.ColdReconciles = cold.sum("controller_runtime_reconcile_total", `controller="session"`)
-	res.ColdAPI = cold.byLabel("rest_client_requests_total", "method")
-	res.ColdStore = cold.byLabel("turnlog_store_requests_total", "operation")
+	cold := scrapeAll(ms)
 	t.Logf("%d Sessions Ready %.1fs after the manager started", n, res.ReadySeconds)
 
 	// Idle.
 	time.Sleep(*flagSettle)
-	before, seenBefore := m.scrape(), h.snapshot()
+	before, seenBefore := scrapeAll(ms), h.snapshot()
 	time.Sleep(*flagWindow)
-	after, seenAfter := m.scrape(), h.snapshot()
+	after, seenAfter := scrapeAll(ms), h.snapshot()
 	res.IdleWindowSeconds = flagWindow.Seconds()
-	perHour := 3600 / flagWindow.Seconds() / float64(n)
-	res.IdleRSSMiB, res.PeakRSSMiB = m.rss()
-	res.HeapMiB = after.sum("go_memstats_heap_inuse_bytes") / (1 << 20)
-	res.IdleStorePerHour = scaled(diff(after.byLabel("turnlog_store_requests_total", "operation"), before.byLabel("turnlog_store_requests_total", "operation")), perHour)
-	res.IdleAPIPerHour = scaled(diff(after.byLabel("rest_client_requests_total", "method"), before.byLabel("rest_client_requests_total", "method")), perHour)
-	res.IdleReconcilesHour = (after.sum("controller_runtime_reconcile_total", `controller="session"`) - before.sum("controller_runtime_reconcile_total", `controller="session"`)) * perHour
+	var all []ShardResult
+	for i, m := range ms {
+		c := costOf(cold[i], before[i], after[i], len(h.inShard(m.shard)), m)
+		all = append(all, ShardResult{Shard: m.shard, Sessions: len(h.inShard(m.shard)), ManagerCost: c})
+	}
+	res.ManagerCost = costOf(sum(cold), sum(before), sum(after), n, ms...)
+	if len(ms) > 1 {
+		res.PerShard = all
+	}
 	res.IdleStatusWrites = written(seenBefore, seenAfter)
 	res.IdleEventsCreated = int64(seenAfter.events - seenBefore.events)
-	if c := after.sum("controller_runtime_reconcile_time_seconds_count", `controller="session"`); c > 0 {
-		res.ReconcileMeanMillis = 1000 * after.sum("controller_runtime_reconcile_time_seconds_sum", `controller="session"`) / c
-	}
 	t.Logf("idle: RSS %.0f MiB (peak %.0f), store requests per Session per hour %v, status patches %d", res.IdleRSSMiB, res.PeakRSSMiB, res.IdleStorePerHour, res.IdleStatusWrites)
+	for _, s := range res.PerShard {
+		t.Logf("shard %s: %d Sessions, RSS %.0f MiB (peak %.0f), store requests per Session per hour %v, API %v", s.Shard, s.Sessions, s.IdleRSSMiB, s.PeakRSSMiB, s.IdleStorePerHour, s.IdleAPIPerHour)
+	}
 
 	// Appends, with a nudge and without.
-	res.NudgedMillis = h.appends(*flagProbes, 0, true, 30*time.Second)
+	res.NudgedMillis = h.appends(spread(h.inShard(""), *flagProbes, 0), true, 30*time.Second)
 	if *flagSilent > 0 {
-		res.UnnudgedMillis = h.appends(*flagProbes, *flagProbes, false, *flagSilent)
+		res.UnnudgedMillis = h.appends(spread(h.inShard(""), *flagProbes, *flagProbes), false, *flagSilent)
 	}
 	t.Logf("appends reaching status: nudged %v ms, not nudged %v ms", res.NudgedMillis, res.UnnudgedMillis)
-	m.stop()
+	h.restart(&res, ms)
+	return res
+}
 
-	// Restart.
-	m = h.manager("restart")
-	began = time.Now()
+// restart stops the first manager and starts another for its shard (the
+// only manager of an unsharded run), measuring how long it takes to
+// reconcile every Session of its shard again and what that costs; in a
+// sharded run, nudged appends to the other shards' Sessions are measured
+// meanwhile.
+func (h *harness) restart(res *Result, ms []*managerProc) {
+	t := h.t
+	old := ms[0]
+	own := h.inShard(old.shard)
+	res.RestartShard, res.RestartSessions = old.shard, len(own)
+	old.stop()
+	m := h.manager("restart", old.shard)
+	began := time.Now()
+	if len(ms) > 1 {
+		var others []int
+		for _, o := range ms[1:] {
+			others = append(others, h.inShard(o.shard)...)
+		}
+		res.RestartOthersMillis = h.appends(spread(others, *flagProbes, 0), true, 30*time.Second)
+		t.Logf("appends to the other shards during the restart reaching status: %v ms", res.RestartOthersMillis)
+	}
 	deadline := began.Add(*flagRestart)
-	var restarted metricsText
 	for {
-		restarted = m.scrape()
-		if restarted.sum("controller_runtime_reconcile_total", `controller="session"`) >= float64(n) &&
-			restarted.has("workqueue_depth", `name="session"`) && restarted.sum("workqueue_depth", `name="session"`) == 0 {
+		restarted := m.scrape()
+		if restarted.sum("controller_runtime_reconcile_total", `controller="session"`) >= float64(len(own)) &&
+			restarted.has("turnlog_queue_depth", `controller="session"`) && restarted.sum("turnlog_queue_depth", `controller="session"`) == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the restarted manager did not reconcile %d Sessions within %s", n, *flagRestart)
+			t.Fatalf("the restarted manager did not reconcile %d Sessions within %s: %.0f reconciles, queue depth %.0f", len(own), *flagRestart,
+				restarted.sum("controller_runtime_reconcile_total", `controller="session"`), restarted.sum("turnlog_queue_depth", `controller="session"`))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 	res.RestartSeconds = time.Since(began).Seconds()
-	h.waitReady(n, began)
-	restarted = m.scrape()
+	h.waitReady(len(h.names), began)
+	restarted := m.scrape()
 	res.RestartReconciles = restarted.sum("controller_runtime_reconcile_total", `controller="session"`)
 	res.RestartAPI = restarted.byLabel("rest_client_requests_total", "method")
 	res.RestartStore = restarted.byLabel("turnlog_store_requests_total", "operation")
 	res.RestartWorkerRuns = res.RestartStore["put"]
 	res.RestartRSSMiB, _ = m.rss()
-	t.Logf("restart: every Session reconciled after %.1fs; derived writes %d; store %v; API %v", res.RestartSeconds, res.RestartWorkerRuns, res.RestartStore, res.RestartAPI)
-	m.stop()
-	return res
+	t.Logf("restart: every Session of the shard reconciled after %.1fs; derived writes %d; store %v; API %v", res.RestartSeconds, res.RestartWorkerRuns, res.RestartStore, res.RestartAPI)
+	for _, m := range append(ms[1:], m) {
+		m.stop()
+	}
+}
+
+// costOf is what managers cost over sessions, from their scrapes (summed
+// if several) after the cold start and before and after the idle window.
+func costOf(cold, before, after metricsText, sessions int, managers ...*managerProc) ManagerCost {
+	perHour := 3600 / flagWindow.Seconds() / float64(sessions)
+	c := ManagerCost{
+		ColdReconciles:     cold.sum("controller_runtime_reconcile_total", `controller="session"`),
+		ColdAPI:            cold.byLabel("rest_client_requests_total", "method"),
+		ColdStore:          cold.byLabel("turnlog_store_requests_total", "operation"),
+		HeapMiB:            after.sum("go_memstats_heap_inuse_bytes") / (1 << 20),
+		IdleStorePerHour:   scaled(diff(after.byLabel("turnlog_store_requests_total", "operation"), before.byLabel("turnlog_store_requests_total", "operation")), perHour),
+		IdleAPIPerHour:     scaled(diff(after.byLabel("rest_client_requests_total", "method"), before.byLabel("rest_client_requests_total", "method")), perHour),
+		IdleReconcilesHour: (after.sum("controller_runtime_reconcile_total", `controller="session"`) - before.sum("controller_runtime_reconcile_total", `controller="session"`)) * perHour,
+	}
+	for _, m := range managers {
+		now, peak := m.rss()
+		c.IdleRSSMiB += now
+		c.PeakRSSMiB += peak
+	}
+	if n := after.sum("controller_runtime_reconcile_time_seconds_count", `controller="session"`); n > 0 {
+		c.ReconcileMeanMillis = 1000 * after.sum("controller_runtime_reconcile_time_seconds_sum", `controller="session"`) / n
+	}
+	return c
 }
 
 // start runs a control plane and opens the store.
@@ -248,7 +326,52 @@ func start(t *testing.T) *harness {
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}); err != nil {
 		t.Fatal(err)
 	}
+	if *flagShards > 0 {
+		h.shardSessions(cp.Config, *flagShards)
+	}
 	return h
+}
+
+// shardSessions applies config/shards, its list of shards made "0" to
+// "shards-1", and waits until the API server gives new Sessions a shard.
+func (h *harness) shardSessions(cfg *rest.Config, shards int) {
+	h.t.Helper()
+	dir := filepath.Join("..", "..", "config", "shards")
+	if err := h.c.Create(h.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "turnlog-system"}}); err != nil {
+		h.t.Fatal(err)
+	}
+	if err := kubeapply.Apply(h.ctx, cfg, filepath.Join(dir, "shard_policy.yaml"), filepath.Join(dir, "shards.yaml")); err != nil {
+		h.t.Fatalf("apply config/shards: %v", err)
+	}
+	names := make([]string, shards)
+	for i := range names {
+		names[i] = fmt.Sprint(i)
+	}
+	list := &corev1.ConfigMap{}
+	if err := h.c.Get(h.ctx, client.ObjectKey{Namespace: "turnlog-system", Name: "turnlog-shards"}, list); err != nil {
+		h.t.Fatal(err)
+	}
+	list.Data["shards"] = strings.Join(names, " ")
+	if err := h.c.Update(h.ctx, list); err != nil {
+		h.t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		probe := &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, GenerateName: "probe-"}}
+		if err := h.c.Create(h.ctx, probe); err != nil {
+			h.t.Fatal(err)
+		}
+		if err := h.c.Delete(h.ctx, probe); err != nil {
+			h.t.Fatal(err)
+		}
+		if probe.Labels[turnlogv1.LabelShard] != "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatal("config/shards' policy gave no new Session a shard within a minute")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // parallel runs fn(i) for i in [0, n) on 8 goroutines, failing the test on
@@ -286,11 +409,16 @@ func (h *harness) createSessions(n int) int64 {
 	began := time.Now()
 	h.names = make([]string, n)
 	h.heads = make([]int64, n)
+	h.shards = make([]string, n)
 	var events atomic.Int64
 	h.parallel(n, func(i int) error {
 		s := &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: fmt.Sprintf("s%05d", i)}}
 		if err := h.c.Create(h.ctx, s); err != nil {
 			return err
+		}
+		h.shards[i] = s.Labels[turnlogv1.LabelShard]
+		if *flagShards > 0 && h.shards[i] == "" {
+			return fmt.Errorf("the admission policy gave Session %s no shard", s.Name)
 		}
 		turns := 3 + i%5
 		var first, last [][]byte
@@ -374,13 +502,34 @@ func (h *harness) waitReady(n int, since time.Time) {
 	}
 }
 
-// appends appends a turn to k Sessions spread over all of them (the
-// offset-th on), each followed by a nudge if nudge is set, and returns how
-// long each append took to reach the Session's status, sorted. Nudged
-// appends are made one at a time, the others all at once.
-func (h *harness) appends(k, offset int, nudge bool, timeout time.Duration) []float64 {
+// spread is k of the Sessions idx (indexes of names), spread over them
+// from the offset-th on.
+func spread(idx []int, k, offset int) []int {
+	out := make([]int, 0, k)
+	for j := range k {
+		out = append(out, idx[(offset+j*(len(idx)/(2*k)+1))%len(idx)])
+	}
+	return out
+}
+
+// inShard is the indexes of the Sessions in shard; every Session's for
+// "".
+func (h *harness) inShard(shard string) []int {
+	var out []int
+	for i, s := range h.shards {
+		if shard == "" || s == shard {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// appends appends a turn to each of the Sessions idx (indexes of names),
+// each followed by a nudge if nudge is set, and returns how long each
+// append took to reach the Session's status, sorted. Nudged appends are
+// made one at a time, the others all at once.
+func (h *harness) appends(idx []int, nudge bool, timeout time.Duration) []float64 {
 	h.t.Helper()
-	n := len(h.names)
 	type probe struct {
 		name  string
 		began time.Time
@@ -416,8 +565,7 @@ func (h *harness) appends(k, offset int, nudge bool, timeout time.Duration) []fl
 		}
 	}
 	var probes []*probe
-	for j := range k {
-		i := (offset + j*(n/(2*k)+1)) % n
+	for _, i := range idx {
 		s := &turnlogv1.Session{}
 		if err := h.c.Get(h.ctx, client.ObjectKey{Namespace: namespace, Name: h.names[i]}, s); err != nil {
 			h.t.Fatal(err)
@@ -489,15 +637,40 @@ func written(before, after snapshot) int64 {
 
 // managerProc is a running `turnlog manager`.
 type managerProc struct {
-	t       *testing.T
+	t *testing.T
+	// shard is the shard it reconciles; "" for every Session.
+	shard   string
 	cmd     *exec.Cmd
 	metrics string
 	done    chan struct{}
 }
 
+// managers starts a manager for each shard, or one for every Session in
+// an unsharded run.
+func (h *harness) managers(name string) []*managerProc {
+	if *flagShards == 0 {
+		return []*managerProc{h.manager(name, "")}
+	}
+	var ms []*managerProc
+	for i := range *flagShards {
+		ms = append(ms, h.manager(name, fmt.Sprint(i)))
+	}
+	return ms
+}
+
+// scrapeAll scrapes each manager.
+func scrapeAll(ms []*managerProc) []metricsText {
+	out := make([]metricsText, len(ms))
+	for i, m := range ms {
+		out[i] = m.scrape()
+	}
+	return out
+}
+
 // manager starts `turnlog manager` in local worker mode on the harness's
-// cluster and store, logging to <dir>/<name>.log.
-func (h *harness) manager(name string) *managerProc {
+// cluster and store, for shard's Sessions (every one for ""), logging to
+// <dir>/<name>[-<shard>].log.
+func (h *harness) manager(name, shard string) *managerProc {
 	h.t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -507,6 +680,10 @@ func (h *harness) manager(name string) *managerProc {
 	l.Close()
 	args := append([]string{"manager", "--kubeconfig=" + h.kubeconfig, "--worker-mode=local", "--store-url=" + h.storeURL,
 		"--metrics-bind-address=" + addr, "--metrics-secure=false", "--health-probe-bind-address=0"}, strings.Fields(*flagArgs)...)
+	if shard != "" {
+		args = append(args, "--shard="+shard)
+		name += "-" + shard
+	}
 	out, err := os.Create(filepath.Join(h.dir, name+".log"))
 	if err != nil {
 		h.t.Fatal(err)
@@ -517,7 +694,7 @@ func (h *harness) manager(name string) *managerProc {
 	if err := cmd.Start(); err != nil {
 		h.t.Fatal(err)
 	}
-	m := &managerProc{t: h.t, cmd: cmd, metrics: "http://" + addr + "/metrics", done: make(chan struct{})}
+	m := &managerProc{t: h.t, shard: shard, cmd: cmd, metrics: "http://" + addr + "/metrics", done: make(chan struct{})}
 	go func() {
 		_ = cmd.Wait()
 		out.Close()
@@ -614,6 +791,18 @@ func parseMetrics(text string) metricsText {
 // metricsText is one scrape of the manager's metrics endpoint: series
 // (name and labels, as printed) to value.
 type metricsText map[string]float64
+
+// sum is the scrapes of several managers as one: each series' values
+// added up.
+func sum(scrapes []metricsText) metricsText {
+	out := metricsText{}
+	for _, m := range scrapes {
+		for k, v := range m {
+			out[k] += v
+		}
+	}
+	return out
+}
 
 func (m metricsText) has(name, label string) bool {
 	for k := range m {
