@@ -234,11 +234,13 @@ SCALE_SHARDS ?= 0
 SCALE_FLAGS ?= -scale.manager-args='--poll-interval=1s --max-poll-interval=1m' -scale.settle=70s -scale.window=2m -scale.unnudged-timeout=3m
 .PHONY: bench-scale
 bench-scale: control-plane ## Measure the manager at SCALE_N Sessions: memory, requests, restart, append latency (docs/benchmarks.md).
+	@mkdir -p $(BIN_DIR)
 	KUBEBUILDER_ASSETS=$(CONTROL_PLANE_DIR) $(GO) test ./test/scale/ -run TestScale -count=1 -timeout 8h -v -args -scale.n=$(SCALE_N) -scale.shards=$(SCALE_SHARDS) -scale.out=$(CURDIR)/bin/scale.jsonl $(SCALE_FLAGS)
 
 FLOOD_ROWS ?= quiet,nudges,forks,delete,slow
 .PHONY: bench-flood
 bench-flood: control-plane ## Measure one namespace's flood against another's appends: latency, manager CPU and memory (docs/benchmarks.md).
+	@mkdir -p $(BIN_DIR)
 	KUBEBUILDER_ASSETS=$(CONTROL_PLANE_DIR) $(GO) test ./test/scale/ -run TestFlood -count=1 -timeout 2h -v -args -flood.rows=$(FLOOD_ROWS) -flood.out=$(CURDIR)/bin/flood.jsonl $(FLOOD_FLAGS)
 
 # bench-turns times what a host waits for on each turn (append -> stored
