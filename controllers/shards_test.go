@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -42,7 +44,10 @@ var _ = Describe("Shards", Ordered, func() {
 		// written is how many turns every Session's log holds.
 		written int
 	)
-	policyFiles := []string{filepath.Join("..", "config", "shards", "shard_policy.yaml"), filepath.Join("..", "config", "shards", "shards.yaml")}
+	var policyFiles []string
+	for _, file := range []string{"shard_policy.yaml", "shards.yaml", "shard_move_policy.yaml", "shard_operator_role.yaml"} {
+		policyFiles = append(policyFiles, filepath.Join("..", "config", "shards", file))
+	}
 
 	start := func(shard, name string) {
 		GinkgoHelper()
@@ -111,10 +116,16 @@ var _ = Describe("Shards", Ordered, func() {
 		for _, r := range replicas {
 			r.stop()
 		}
-		By("removing the policy, so that the Sessions of other specs get no shard")
+		By("removing the policies, so that the Sessions of other specs get no shard")
+		admission := func(kind, name string) client.Object {
+			return &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: kind}, ObjectMeta: metav1.ObjectMeta{Name: name}}
+		}
 		for _, obj := range []client.Object{
-			&metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingAdmissionPolicyBinding"}, ObjectMeta: metav1.ObjectMeta{Name: "turnlog-shard"}},
-			&metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingAdmissionPolicy"}, ObjectMeta: metav1.ObjectMeta{Name: "turnlog-shard"}},
+			admission("MutatingAdmissionPolicyBinding", "turnlog-shard"),
+			admission("MutatingAdmissionPolicy", "turnlog-shard"),
+			admission("ValidatingAdmissionPolicyBinding", "turnlog-shard-move"),
+			admission("ValidatingAdmissionPolicy", "turnlog-shard-move"),
+			&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "turnlog-shard-operator"}},
 		} {
 			Expect(k8sClient.Delete(ctx, obj)).To(Succeed())
 		}
@@ -294,7 +305,134 @@ var _ = Describe("Shards", Ordered, func() {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(transcript.ThroughSeq).To(Equal(eventsIn(logOf(written))-1), "the stored transcript reaches the last turn")
 	})
+
+	It("lets only a requester allowed to update sessions/shard move a Session: a tenant is refused in one line, an admin and an operator are not", func() {
+		var moving turnlogv1.Session
+		for _, s := range sessionsOf()["2"] {
+			if s.Spec.ForkedFrom == nil {
+				moving = s
+				break
+			}
+		}
+		Expect(moving.Name).NotTo(BeEmpty(), "shard 2 holds a Session of the specs before")
+		ns, name := moving.Namespace, moving.Name
+		Expect(moving.Labels[turnlogv1.LabelShard]).To(Equal(shardpolicy.Shard(ns+"/"+name, []string{"0", "1", "2"})), "placed by the policy's hash")
+		tenantClient := shardTenant(ns, "shard-tenant")
+		operatorClient := shardOperator(ns, "shard-operator")
+		session := func() client.Object {
+			return &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+		}
+		shardOf := func() string { return getSession(ns, name)(Default).Labels[turnlogv1.LabelShard] }
+
+		By("waiting for the API server to enforce turnlog-shard-move on the tenant, and RBAC to grant the operator")
+		Eventually(func() error {
+			return relabelShard(tenantClient, session(), "0", client.DryRunAll)
+		}).Should(MatchError(ContainSubstring(shardRefusal("Session", ns, name, "2", "0"))))
+		Eventually(func() error {
+			return relabelShard(operatorClient, session(), "0", client.DryRunAll)
+		}).Should(Succeed())
+
+		By("refusing the tenant's move, in one line naming the Session, both shards and what it needs")
+		err := relabelShard(tenantClient, session(), "0")
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
+		Expect(err.Error()).To(ContainSubstring(shardRefusal("Session", ns, name, "2", "0")))
+		Expect(err.Error()).NotTo(ContainSubstring("\n"))
+		Expect(shardOf()).To(Equal("2"))
+
+		By("letting the tenant change the Session's other labels and its annotations")
+		tenants := getSession(ns, name)(Default)
+		patch := client.MergeFrom(tenants.DeepCopy())
+		tenants.Labels["team"] = "billing"
+		if tenants.Annotations == nil {
+			tenants.Annotations = map[string]string{}
+		}
+		tenants.Annotations["example.com/owner"] = "ana"
+		Expect(tenantClient.Patch(ctx, tenants, patch)).To(Succeed())
+		tenants = getSession(ns, name)(Default)
+		Expect(tenants.Labels).To(HaveKeyWithValue("team", "billing"))
+		Expect(tenants.Annotations).To(HaveKeyWithValue("example.com/owner", "ana"))
+		Expect(shardOf()).To(Equal("2"))
+
+		By("letting the suite's admin (system:masters) move it to shard 0")
+		Expect(relabelShard(k8sClient, session(), "0")).To(Succeed())
+		Expect(shardOf()).To(Equal("0"))
+
+		By("refusing the tenant's removal of the label, which turnlog-shard puts back as its hash, shard 2")
+		err = relabelShard(tenantClient, session(), "")
+		Expect(err).To(MatchError(ContainSubstring(shardRefusal("Session", ns, name, "0", "2"))))
+		Expect(shardOf()).To(Equal("0"))
+
+		By("letting a user bound to turnlog-shard-operator move it to shard 1")
+		Expect(relabelShard(operatorClient, session(), "1")).To(Succeed())
+		Expect(shardOf()).To(Equal("1"))
+
+		By("refusing the tenant's move of a SessionFork too")
+		fork := newFork(ns, "moved-fork", name, "0")
+		fork.Labels = map[string]string{turnlogv1.LabelShard: "1"}
+		Expect(k8sClient.Create(ctx, fork)).To(Succeed())
+		Expect(relabelShard(tenantClient, fork, "2")).To(MatchError(ContainSubstring(shardRefusal("SessionFork", ns, fork.Name, "1", "2"))))
+		Expect(relabelShard(operatorClient, fork, "2")).To(Succeed())
+	})
 })
+
+// shardRefusal is what the API server says to a move of the object of
+// kind ns/name from shard from to shard to.
+func shardRefusal(kind, ns, name, from, to string) string {
+	return fmt.Sprintf(`%s %s/%s may not move from shard %s to shard %s: changing its label turnlog.dev/shard needs update on %ss/shard `+
+		`(the ClusterRole turnlog-shard-operator grants it; docs/scaling.md, "Moving Sessions between shards")`,
+		kind, ns, name, from, to, strings.ToLower(kind))
+}
+
+// relabelShard patches the object's labels as c: its shard set to shard
+// or, when shard is "", removed.
+func relabelShard(c client.Client, obj client.Object, shard string, opts ...client.PatchOption) error {
+	GinkgoHelper()
+	Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
+	patch := client.MergeFrom(obj.DeepCopyObject().(client.Object))
+	labels := obj.GetLabels()
+	if shard == "" {
+		delete(labels, turnlogv1.LabelShard)
+	} else {
+		labels[turnlogv1.LabelShard] = shard
+	}
+	obj.SetLabels(labels)
+	return c.Patch(ctx, obj, patch, opts...)
+}
+
+// shardTenant gives user every verb on Sessions and SessionForks in ns, as
+// a tenant may well be given, and returns a client that acts as that user:
+// "*" on sessions grants nothing on sessions/shard.
+func shardTenant(ns, user string) client.Client {
+	GinkgoHelper()
+	role := &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "shard-tenant", Namespace: ns},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{"turnlog.dev"}, Resources: []string{"sessions", "sessionforks"}, Verbs: []string{"*"}},
+		},
+	}
+	Expect(k8sClient.Create(ctx, role)).To(Succeed())
+	bind(ns, user, rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name})
+	return impersonating(user)
+}
+
+// shardOperator binds user to config/shards' ClusterRole
+// turnlog-shard-operator in ns, and returns a client that acts as that
+// user.
+func shardOperator(ns, user string) client.Client {
+	GinkgoHelper()
+	bind(ns, user, rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "turnlog-shard-operator"})
+	return impersonating(user)
+}
+
+// bind binds user to role in ns.
+func bind(ns, user string, role rbacv1.RoleRef) {
+	GinkgoHelper()
+	Expect(k8sClient.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: user, Namespace: ns},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
+		RoleRef:    role,
+	})).To(Succeed())
+}
 
 // names are the objects' names.
 func names(sessions []turnlogv1.Session) []string {

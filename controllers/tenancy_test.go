@@ -653,6 +653,13 @@ func tenant(ns, user string) client.Client {
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
 	})).To(Succeed())
+	return impersonating(user)
+}
+
+// impersonating is a client of the suite's API server that acts as user,
+// with what RBAC grants that user alone.
+func impersonating(user string) client.Client {
+	GinkgoHelper()
 	c := rest.CopyConfig(cfg)
 	c.Impersonate = rest.ImpersonationConfig{UserName: user}
 	cl, err := client.New(c, client.Options{Scheme: scheme.Scheme})

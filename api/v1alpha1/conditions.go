@@ -56,7 +56,8 @@ const (
 	// LabelShard names the shard whose manager (turnlog manager
 	// --shard=NAME) reconciles a Session or SessionFork. The admission
 	// policy of config/shards sets it when the object is created; only an
-	// operator changes it (docs/scaling.md).
+	// operator allowed to update sessions/shard changes it (config/shards'
+	// turnlog-shard-move refuses anyone else; docs/scaling.md).
 	LabelShard = "turnlog.dev/shard"
 	// AnnotationRequestedAt nudges the Session controller to look at the log
 	// now (set by `turnlog import` and `turnlog append` after a write).

@@ -41,6 +41,12 @@ func generate(root string) (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Everything config/shards installs (its policies, their ConfigMap, the
+	// operators' ClusterRole) is in the chart only with shards on.
+	shards, err := kustomizeBuild(root, "config/shards")
+	if err != nil {
+		return nil, err
+	}
 	roleBindings, err := readObjects(filepath.Join(root, "config", "namespaced", "rolebindings.yaml"))
 	if err != nil {
 		return nil, err
@@ -80,15 +86,9 @@ func generate(root string) (map[string][]byte, error) {
 	if err := add(watchedNamespaceRoleBinding(roleBindings[0]), rangeWatchedNamespaces); err != nil {
 		return nil, err
 	}
-	for _, file := range []string{"shard_policy.yaml", "shards.yaml"} {
-		objects, err := readObjects(filepath.Join(root, "config", "shards", file))
-		if err != nil {
+	for _, o := range shards {
+		if err := add(o, onlyIf(".Values.shards")); err != nil {
 			return nil, err
-		}
-		for _, o := range objects {
-			if err := add(o, onlyIf(".Values.shards")); err != nil {
-				return nil, err
-			}
 		}
 	}
 	for _, o := range monitoring {

@@ -225,9 +225,10 @@ func toYAML(o object) string {
 
 // TestChartShards: shards: 3 renders three manager Deployments, each
 // config/default's with its shard's name, label (in its selector too) and
-// --shard flag, and config/shards: the admission policy, and the list of
-// shards it picks from. Without shards there is one manager and no policy
-// (TestChartRendersConfig).
+// --shard flag, and config/shards: the admission policies, the list of
+// shards the first picks from, and the ClusterRole of the operators who
+// move Sessions between shards. Without shards there is one manager and
+// none of config/shards (TestChartRendersConfig).
 func TestChartShards(t *testing.T) {
 	helm := helmBinary(t)
 	objects := helmTemplate(t, helm, "--set", "shards=3", "--set", "shardBy=namespace")
