@@ -4,6 +4,9 @@
 // reach status. It starts a control plane (envtest's binaries), creates N
 // Sessions with real logs, runs the built `turnlog manager` as a process of
 // its own (so /proc gives its memory alone) and reads its metrics endpoint.
+// With -scale.shards, config/shards' admission policy labels the Sessions,
+// a manager per shard is measured alone, and the restart is one shard's
+// while the others run on.
 //
 // TestFlood measures one namespace's flood against another's appends, and
 // TestTurns what a host waits for on each turn in pod worker mode (append
