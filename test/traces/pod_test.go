@@ -60,12 +60,8 @@ func TestPodRunsJoinTheReconcileTrace(t *testing.T) {
 		t.Fatalf("%v; the worker pod's log:\n%s", err, pod.log())
 	}
 	pod.stop(t) // it exports what it queued as it stops
-	if err := tel.ForceFlush(ctx); err != nil {
-		t.Fatal(err)
-	}
 
-	traces := waitPodRuns(ctx, t, j, "worker assemble", "worker replay")
-	checkPodRuns(t, traces)
+	waitPodRuns(ctx, t, j, tel, "worker assemble", "worker replay")
 	for _, tr := range turnTraces(t, j, uidOf(ctx, t, env, "chat")) {
 		if refs := root(tr).References; len(refs) > 0 {
 			t.Errorf("the turn's %s has references %v, want none: the turn's trace is its own", root(tr).OperationName, refs)
@@ -185,11 +181,20 @@ func (p *workerPod) log() string {
 	return string(data)
 }
 
-// waitPodRuns waits until Jaeger holds the worker pod's spans of these
-// operations and returns the traces that hold its spans.
-func waitPodRuns(ctx context.Context, t *testing.T, j *jaeger.Jaeger, operations ...string) []jaeger.Trace {
+// waitPodRuns waits until Jaeger holds the worker pod's spans of each of
+// operations, each in the trace of the reconcile that submitted its run
+// (podRunProblems), flushing the manager's spans each time: a reconcile's
+// span ends after its work step's, and may end after the run it submitted
+// is done. It fails the test with what is still wrong when ctx ends.
+func waitPodRuns(ctx context.Context, t *testing.T, j *jaeger.Jaeger, tel *telemetry.Telemetry, operations ...string) {
 	t.Helper()
 	for {
+		flush, done := context.WithTimeout(context.Background(), 30*time.Second)
+		err := tel.ForceFlush(flush)
+		done()
+		if err != nil {
+			t.Fatalf("flush the manager's spans: %v", err)
+		}
 		traces, err := j.Traces("turnlog-worker", nil, 100)
 		if err != nil {
 			t.Fatal(err)
@@ -200,41 +205,52 @@ func waitPodRuns(ctx context.Context, t *testing.T, j *jaeger.Jaeger, operations
 				seen[s.OperationName] = true
 			}
 		}
-		if !slices.ContainsFunc(operations, func(op string) bool { return !seen[op] }) {
-			return traces
+		var problems []string
+		for _, op := range operations {
+			if !seen[op] {
+				problems = append(problems, fmt.Sprintf("Jaeger holds no %s span of turnlog-worker", op))
+			}
+		}
+		problems = append(problems, podRunProblems(traces)...)
+		if len(problems) == 0 {
+			return
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("Jaeger holds no %v spans of turnlog-worker (spans seen: %v)", operations, seen)
-		case <-time.After(100 * time.Millisecond):
+			for _, p := range problems {
+				t.Error(p)
+			}
+			t.FailNow()
+		case <-time.After(200 * time.Millisecond):
 		}
 	}
 }
 
-// checkPodRuns: each of the worker pod's run spans is the child of the
-// manager's work step that submitted it, itself a step of a reconcile of
-// the Session: one trace from the reconcile to the run.
-func checkPodRuns(t *testing.T, traces []jaeger.Trace) {
-	t.Helper()
+// podRunProblems: each of the worker pod's run spans must be the child of
+// the manager's work step that submitted it, itself a step of a reconcile
+// of the Session: one trace from the reconcile to the run.
+func podRunProblems(traces []jaeger.Trace) []string {
+	var problems []string
 	for _, tr := range traces {
 		for _, s := range tr.Spans {
 			if !strings.HasPrefix(s.OperationName, "worker ") {
 				continue
 			}
 			if svc := tr.Service(s); svc != "turnlog-worker" {
-				t.Errorf("%s was sent by %s, want the worker pod (turnlog-worker)", s.OperationName, svc)
+				problems = append(problems, fmt.Sprintf("%s was sent by %s, want the worker pod (turnlog-worker)", s.OperationName, svc))
 			}
 			step, ok := parentIn(tr, s)
 			if !ok || step.OperationName != "reconcileWork" || tr.Service(step) != "turnlog-manager" {
-				t.Errorf("%s: parent %s, want the manager's reconcileWork in its trace %s", s.OperationName, describe(tr, step, ok), tr.TraceID)
+				problems = append(problems, fmt.Sprintf("%s: parent %s, want the manager's reconcileWork in its trace %s", s.OperationName, describe(tr, step, ok), tr.TraceID))
 				continue
 			}
 			reconcile, ok := parentIn(tr, step)
 			if !ok || reconcile.OperationName != "reconcile Session" || reconcile.Tag("turnlog.session") != "chat" {
-				t.Errorf("%s: its step's parent %s, want reconcile Session of chat", s.OperationName, describe(tr, reconcile, ok))
+				problems = append(problems, fmt.Sprintf("%s: its step's parent %s, want reconcile Session of chat", s.OperationName, describe(tr, reconcile, ok)))
 			}
 		}
 	}
+	return problems
 }
 
 // parentIn is s's parent span, when the trace holds it.
