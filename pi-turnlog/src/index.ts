@@ -117,6 +117,8 @@ export default function (pi: ExtensionAPI) {
 		...(branchPoint ? { [LABEL_PI_BRANCH_POINT]: branchPoint } : {}),
 	});
 	const namespace = () => process.env.TURNLOG_NAMESPACE || "default";
+	// nudges are the nudges sent and not yet answered.
+	const nudges = new Set<Promise<void>>();
 	const prefix = () => process.env.TURNLOG_STORE_PREFIX || undefined;
 	// rootName is the Session the pi session records into before any
 	// branch: TURNLOG_SESSION for the pi session pi started with, pi-<id>
@@ -151,7 +153,13 @@ export default function (pi: ExtensionAPI) {
 			written: (next, endsTurn) => {
 				status(`turnlog ${loc.namespace}/${loc.session}: ${next} events`);
 				// Best effort: without it the turn is replayed at the manager's next poll.
-				if (endsTurn && k) k.nudge(loc.namespace, loc.session).catch(() => {});
+				if (endsTurn && k) {
+					const sent: Promise<void> = k
+						.nudge(loc.namespace, loc.session)
+						.catch(() => {})
+						.finally(() => nudges.delete(sent));
+					nudges.add(sent);
+				}
 			},
 			failed: (err) => report(err.message),
 		});
@@ -405,6 +413,10 @@ export default function (pi: ExtensionAPI) {
 			r.endTurnIfOpen();
 			await r.close();
 			where = undefined;
+			// The last turn is often written as pi quits: its nudge must
+			// go out before the process ends, or the Session's status
+			// waits for the manager's next poll.
+			await Promise.all([...nudges]);
 		});
 	});
 

@@ -87,7 +87,19 @@ func TestSessionThroughTheAPIServer(t *testing.T) {
 	if last := pi.Notes[len(pi.Notes)-1]; !strings.HasSuffix(last, fmt.Sprintf("into default/chat-kube-child/%s", child.UID)) {
 		t.Fatalf("/turnlog-fork: %s", last)
 	}
+	// A last turn, and pi quits at once: the turn is written as pi closes,
+	// and its nudge has reached the API server when pi has exited, so
+	// that the manager replays it now and not at its next poll.
+	prov.Queue(reply{Blocks: []block{{Kind: "text", Text: "Goodbye."}}, Stop: "end_turn"})
+	lastTurn := time.Now()
+	pi.Prompt("Bye?")
 	pi.Quit()
+	if err := kube.Get(ctx, client.ObjectKey{Namespace: "default", Name: "chat-kube"}, &session); err != nil {
+		t.Fatal(err)
+	}
+	if at, err := time.Parse(time.RFC3339Nano, session.Annotations[turnlogv1.AnnotationRequestedAt]); err != nil || at.Before(lastTurn) {
+		t.Errorf("when pi has exited, the Session was last nudged at %q, before its last turn (%s)", session.Annotations[turnlogv1.AnnotationRequestedAt], lastTurn.UTC().Format(time.RFC3339Nano))
+	}
 	childRef := sessionRef{gw: gw, loc: agenthost.Location{Namespace: "default", Session: "chat-kube-child", UID: string(child.UID)}}
 	childEvents := validate(t, childRef.export(t))
 	if last := childEvents[len(childEvents)-1]; last.Type != turnlog.TypeTurnEnd || len(childEvents) > len(events) {
