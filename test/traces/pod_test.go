@@ -38,11 +38,7 @@ func TestPodRunsJoinTheReconcileTrace(t *testing.T) {
 	j := jaeger.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	tel, err := telemetry.Start(ctx, telemetry.Flags{Endpoint: j.OTLPHTTP, Protocol: telemetry.ProtocolHTTP}, "turnlog-manager")
-	if err != nil || tel == nil {
-		t.Fatalf("start the export: %v", err)
-	}
-	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	tel := exportTo(ctx, t, j)
 	env := turnlogtest.Start(t, turnlogtest.WithWorkerMode(controllers.WorkerModePod))
 	st, err := agenthost.OpenStore(ctx, env.StoreURL, nil)
 	if err != nil {

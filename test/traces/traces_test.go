@@ -76,15 +76,23 @@ var grandchildTurn = []agenthost.Event{
 	agenthost.TurnEnd(2, agenthost.StopReasonStop),
 }
 
-func TestSessionsAsTraces(t *testing.T) {
-	j := jaeger.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
+// exportTo starts the process's span export to j, as the manager's, for
+// the test's life.
+func exportTo(ctx context.Context, t *testing.T, j *jaeger.Jaeger) *telemetry.Telemetry {
+	t.Helper()
 	tel, err := telemetry.Start(ctx, telemetry.Flags{Endpoint: j.OTLPHTTP, Protocol: telemetry.ProtocolHTTP}, "turnlog-manager")
 	if err != nil || tel == nil {
 		t.Fatalf("start the export: %v", err)
 	}
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	return tel
+}
+
+func TestSessionsAsTraces(t *testing.T) {
+	j := jaeger.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	tel := exportTo(ctx, t, j)
 	env := turnlogtest.Start(t)
 	st, err := agenthost.OpenStore(ctx, env.StoreURL, nil)
 	if err != nil {
