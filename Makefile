@@ -33,7 +33,7 @@ dev: control-plane manifests build $(if $(JAEGER),jaeger) ## Run turnlog locally
 .PHONY: test
 test: control-plane jaeger node-deps browser prometheus-server pi-deps promtool helm verify-generated vet ## Everything CI runs: generated files, vet, the pi package's tests, unit, envtest and end-to-end suites, a short soak.
 	@echo "make test: two lanes at once, each one's output shown when it ends: test-pi, test-unit and test-examples; test-e2e, test-soak and test-localcluster"
-	@$(MAKE) --no-print-directory -j2 --output-sync=target test-lane-unit test-lane-cluster
+	@$(MAKE) --no-print-directory -j2 --output-sync=recurse test-lane-unit test-lane-cluster
 
 # make test's two lanes. The suites on a local cluster (the end-to-end
 # suite, the soak, the cluster's own tests) run one after another, as each
@@ -42,11 +42,13 @@ test: control-plane jaeger node-deps browser prometheus-server pi-deps promtool 
 # suites fill. The local cluster's own tests come last, when the other lane
 # is done: beside the envtest suites a Job's replacement pod once took more
 # than 3 minutes.
+# A lane's make is given no MAKEFLAGS, so that it runs its targets one
+# after another, outside the two jobs of make test.
 .PHONY: test-lane-unit test-lane-cluster
 test-lane-unit:
-	@$(MAKE) --no-print-directory -j1 test-pi test-unit test-examples
+	@MAKEFLAGS= $(MAKE) --no-print-directory test-pi test-unit test-examples
 test-lane-cluster:
-	@$(MAKE) --no-print-directory -j1 test-e2e test-soak test-localcluster
+	@MAKEFLAGS= $(MAKE) --no-print-directory test-e2e test-soak test-localcluster
 
 ##@ Building
 
