@@ -43,12 +43,13 @@ test: control-plane jaeger node-deps browser prometheus-server pi-deps promtool 
 # is done: beside the envtest suites a Job's replacement pod once took more
 # than 3 minutes.
 # A lane's make is given no MAKEFLAGS, so that it runs its targets one
-# after another, outside the two jobs of make test.
+# after another, outside the two jobs of make test; the variables set on
+# make test's command line (E2E_NODE=process, ...) are passed on.
 .PHONY: test-lane-unit test-lane-cluster
 test-lane-unit:
-	@MAKEFLAGS= $(MAKE) --no-print-directory test-pi test-unit test-examples
+	@MAKEFLAGS= $(MAKE) --no-print-directory $(MAKEOVERRIDES) test-pi test-unit test-examples
 test-lane-cluster:
-	@MAKEFLAGS= $(MAKE) --no-print-directory test-e2e test-soak test-localcluster
+	@MAKEFLAGS= $(MAKE) --no-print-directory $(MAKEOVERRIDES) test-e2e test-soak test-localcluster
 
 ##@ Building
 
