@@ -31,7 +31,25 @@ dev: control-plane manifests build $(if $(JAEGER),jaeger) ## Run turnlog locally
 	exec $(BIN_DIR)/turnlog-dev $(if $(JAEGER),--jaeger) --state-dir $(CURDIR)/.turnlog-dev --control-plane $(CONTROL_PLANE_DIR) --crds $(CURDIR)/config/crd/bases --admission-policy $(CURDIR)/config/admission/forkedfrom_policy.yaml --turnlog $(BIN_DIR)/turnlog --pi-package $(CURDIR)/pi-turnlog --pi-dir $(CURDIR)/test/pi/1
 
 .PHONY: test
-test: control-plane jaeger node-deps browser prometheus-server pi-deps promtool helm verify-generated vet test-pi test-unit test-examples test-e2e test-soak ## Everything CI runs: generated files, vet, the pi package's tests, unit, envtest and end-to-end suites, a short soak.
+test: control-plane jaeger node-deps browser prometheus-server pi-deps promtool helm verify-generated vet test-localcluster ## Everything CI runs: generated files, vet, the local cluster's tests, the pi package's tests, unit, envtest and end-to-end suites, a short soak.
+	@echo "make test: two lanes at once, each one's output shown when it ends: test-pi, test-unit and test-examples; test-e2e and test-soak"
+	@$(MAKE) --no-print-directory -j2 --output-sync=recurse test-lane-unit test-lane-cluster
+
+# make test's two lanes. The suites on a local cluster (the end-to-end
+# suite, the soak) run one after the other, as each starts a cluster of its
+# own; they spend most of their time waiting on pods and leave the machine
+# two-thirds idle, which the unit and envtest suites fill. The local
+# cluster's own tests run before both, alone: a Job's replacement pod has
+# been seen to take more than 3 minutes there, beside the envtest suites
+# and after the soak.
+# A lane's make is given no MAKEFLAGS, so that it runs its targets one
+# after another, outside the two jobs of make test; the variables set on
+# make test's command line (E2E_NODE=process, ...) are passed on.
+.PHONY: test-lane-unit test-lane-cluster
+test-lane-unit:
+	@MAKEFLAGS= $(MAKE) --no-print-directory $(MAKEOVERRIDES) test-pi test-unit test-examples
+test-lane-cluster:
+	@MAKEFLAGS= $(MAKE) --no-print-directory $(MAKEOVERRIDES) test-e2e test-soak
 
 ##@ Building
 
@@ -176,11 +194,11 @@ vet:
 UNIT_LONGEST := ./controllers ./test/pirecord ./test/alerts ./cmd/turnlog ./internal/sessionlog ./test/traces
 
 .PHONY: test-unit
-test-unit: ## Unit tests, envtest suites and the local-cluster tests (everything but test/e2e and test/scale).
+test-unit: ## Unit tests and envtest suites (everything but test/e2e, test/scale and test/localcluster).
 	KUBEBUILDER_ASSETS=$(CONTROL_PLANE_DIR) $(GO) test $(UNIT_LONGEST) $$($(GO) list ./... | grep -v -e /test/e2e -e /test/scale -e /test/localcluster) -count=1 -timeout 20m
-	# The local cluster's own tests run a control plane and nodes of their
-	# own, and alone: beside the other suites a Job's replacement pod was
-	# not made in 3 minutes.
+
+.PHONY: test-localcluster
+test-localcluster: control-plane ## The local cluster's own tests: a control plane and nodes of their own (~1 min).
 	KUBEBUILDER_ASSETS=$(CONTROL_PLANE_DIR) $(GO) test ./test/localcluster/... -count=1 -timeout 20m
 
 .PHONY: test-examples
