@@ -29,10 +29,16 @@ type pool struct {
 	ca    []byte
 }
 
-func newPool(t *testing.T, o Options) *pool {
+// newPool serves a board made with o, its handler passed through wrap if
+// one is given (a network between the pods and the manager).
+func newPool(t *testing.T, o Options, wrap ...func(http.Handler) http.Handler) *pool {
 	t.Helper()
 	b := NewBoard(o)
-	srv := httptest.NewTLSServer(Handler(b, testTokens))
+	h := Handler(b, testTokens)
+	for _, w := range wrap {
+		h = w(h)
+	}
+	srv := httptest.NewTLSServer(h)
 	t.Cleanup(srv.Close)
 	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
 	return &pool{board: b, srv: srv, ca: ca}
@@ -422,24 +428,24 @@ func TestServe(t *testing.T) {
 func TestServeStopsARunItCannotRenew(t *testing.T) {
 	var lost sync.Once
 	gaveAway := make(chan time.Time, 1)
-	b := NewBoard(Options{LeaseTimeout: 2 * time.Second, Lost: func(Run, Status) {
+	opts := Options{LeaseTimeout: 2 * time.Second, Lost: func(Run, Status) {
 		lost.Do(func() { gaveAway <- time.Now() })
-	}})
+	}}
 	var cut atomic.Bool
-	handler := Handler(b, testTokens)
-	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if cut.Load() && strings.HasSuffix(r.URL.Path, "/heartbeat") {
-			// The manager is out of reach: the connection drops.
-			conn, _, err := w.(http.Hijacker).Hijack()
-			if err == nil {
-				conn.Close()
+	p := newPool(t, opts, func(handler http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if cut.Load() && strings.HasSuffix(r.URL.Path, "/heartbeat") {
+				// The manager is out of reach: the connection drops.
+				conn, _, err := w.(http.Hijacker).Hijack()
+				if err == nil {
+					conn.Close()
+				}
+				return
 			}
-			return
-		}
-		handler.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	p := &pool{board: b, srv: srv, ca: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})}
+			handler.ServeHTTP(w, r)
+		})
+	})
+	b := p.board
 	c := p.client(t, "a", testTokens.Token("a"))
 	x := &executor{started: make(chan string, 1), stopped: make(chan string, 1), release: make(chan struct{})}
 	var logs strings.Builder
