@@ -99,6 +99,68 @@ var _ = Describe("Session deletion", Ordered, func() {
 		after := objects(retained)
 		Expect(after).To(Equal(before), "objects gone: %v; objects added: %v", without(before, after), without(after, before))
 	})
+
+	It("keeps what forks refer to until the last of them is deleted, in any order, and then leaves nothing", func() {
+		log := readLog("aborted-turn.jsonl")
+		src := &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Name: "tree", Namespace: ns}, Spec: turnlogv1.SessionSpec{Retention: turnlogv1.RetentionDelete}}
+		Expect(k8sClient.Create(ctx, src)).To(Succeed())
+		// A segment per turn: seq 0..7, 8..15, 16..21.
+		_, _, err := sio.Import(ctx, ns, "tree", bytes.NewReader(logLines(log, 8)))
+		Expect(err).NotTo(HaveOccurred())
+		_, _, err = sio.Append(ctx, ns, "tree", bytes.NewReader(logLines(log, 16)[len(logLines(log, 8)):]))
+		Expect(err).NotTo(HaveOccurred())
+		_, _, err = sio.Append(ctx, ns, "tree", bytes.NewReader(log[len(logLines(log, 16)):]))
+		Expect(err).NotTo(HaveOccurred())
+		src = waitReady(ns, "tree")
+
+		fork := func(name, source, at string) *turnlogv1.Session {
+			GinkgoHelper()
+			Expect(k8sClient.Create(ctx, newFork(ns, name, source, at))).To(Succeed())
+			Eventually(func(g Gomega) string {
+				f := getFork(ns, name)(g)
+				return cond(f.Status.Conditions, turnlogv1.ConditionSucceeded) + "/" + f.Status.Prefix
+			}).Should(Equal("True/Forked/Referenced"))
+			return waitReady(ns, name)
+		}
+		// The child refers to the source's three segments.
+		child := fork("tree-child", "tree", "21")
+		Expect(getFork(ns, "tree-child")(Default).Status.Conditions[0].Message).To(ContainSubstring("referring to the source's seq 0..21"))
+		Expect(objects(child)).To(ContainElement(HaveSuffix("/log/references.json")))
+		Expect(objects(src)).To(ContainElement(HaveSuffix(fmt.Sprintf("/pins/%s.json", child.UID))))
+		// A fork of the fork refers to the source directly.
+		grandchild := fork("tree-grandchild", "tree-child", "15")
+		Expect(exportLog(sio, ns, "tree-grandchild")).To(Equal(string(logLines(log, 16))))
+
+		deleted(src)
+		Expect(objects(src)).To(ConsistOf(
+			HaveSuffix("/log/00000000000000000000.jsonl"), HaveSuffix("/log/00000000000000000008.jsonl"), HaveSuffix("/log/00000000000000000016.jsonl"), HaveSuffix("/deleted.json"),
+			HaveSuffix(fmt.Sprintf("/pins/%s.json", child.UID)), HaveSuffix(fmt.Sprintf("/pins/%s.json", grandchild.UID))),
+			"the deleted source keeps the segments its forks refer to, and nothing else")
+		Expect(exportLog(sio, ns, "tree-child")).To(Equal(string(log)))
+		Expect(exportLog(sio, ns, "tree-grandchild")).To(Equal(string(logLines(log, 16))))
+
+		// A fork applied now copies the range of the deleted source, and says so.
+		Expect(k8sClient.Create(ctx, newFork(ns, "tree-late", "tree-child", "21"))).To(Succeed())
+		Eventually(func(g Gomega) string {
+			f := getFork(ns, "tree-late")(g)
+			return cond(f.Status.Conditions, turnlogv1.ConditionSucceeded) + "/" + f.Status.Prefix
+		}).Should(Equal("True/Forked/Copied"))
+		Expect(getFork(ns, "tree-late")(Default).Status.Conditions[0].Message).To(ContainSubstring("copied because Session tree (uid " + string(src.UID) + ")"))
+		late := waitReady(ns, "tree-late")
+		Expect(exportLog(sio, ns, "tree-late")).To(Equal(string(log)))
+
+		deleted(child)
+		Expect(objects(src)).To(ConsistOf(
+			HaveSuffix("/log/00000000000000000000.jsonl"), HaveSuffix("/log/00000000000000000008.jsonl"), HaveSuffix("/deleted.json"),
+			HaveSuffix(fmt.Sprintf("/pins/%s.json", grandchild.UID))), "the grandchild's pin still keeps the segments it refers to")
+		Expect(exportLog(sio, ns, "tree-grandchild")).To(Equal(string(logLines(log, 16))))
+		deleted(grandchild)
+		deleted(late)
+		for _, s := range []*turnlogv1.Session{src, child, grandchild, late} {
+			Expect(objects(s)).To(BeEmpty(), "Session %s", s.Name)
+		}
+	})
+
 })
 
 // without is what of xs is not in ys.

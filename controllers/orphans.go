@@ -176,7 +176,7 @@ func (l *orphanLedger) sweepOne(ctx context.Context, cm *corev1.ConfigMap) bool 
 		if recorded := d[orphanLocation]; recorded != "" && recorded != where {
 			return 0, &misplacedError{recorded: recorded, now: where}
 		}
-		return st.Logs.Delete(tctx, loc)
+		return st.Logs.Delete(tctx, loc, sessionLiveness(l.Reader))
 	}()
 	if err != nil {
 		var msg string

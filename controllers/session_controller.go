@@ -235,11 +235,11 @@ func (r *SessionReconciler) reconcileLog(ctx context.Context, s *sessionScope) e
 	session.Status.Location = statusLocation(name, s.location)
 	s.head, err = log.Head(ctx)
 	if _, bad := errors.AsType[*sessionlog.DataError](err); bad && stillSeeding(session) {
-		// The SessionFork controller copies a prefix's segments several at
-		// a time, so until it is done the child's log may have gaps; it
-		// nudges the child when the copy is complete.
+		// Until the SessionFork controller is done, the child's log may
+		// have gaps (a copied prefix is written several segments at a
+		// time); it nudges the child when it is seeded.
 		from := session.Spec.ForkedFrom
-		s.ready = &condition{turnlogv1.ReasonSeeding, fmt.Sprintf("copying seq 0..%d from Session %s", from.CutSeq, from.Session)}
+		s.ready = &condition{turnlogv1.ReasonSeeding, fmt.Sprintf("seeding seq 0..%d from Session %s", from.CutSeq, from.Session)}
 		return nil
 	}
 	if err != nil {
@@ -250,9 +250,9 @@ func (r *SessionReconciler) reconcileLog(ctx context.Context, s *sessionScope) e
 	noteAppend(session, &s.before, time.Now())
 
 	if from := session.Spec.ForkedFrom; from != nil && s.head.Head() < from.CutSeq {
-		// The SessionFork controller is still copying the source's prefix
+		// The SessionFork controller is still seeding the source's prefix
 		// and nudges this Session when it is done.
-		s.ready = &condition{turnlogv1.ReasonSeeding, fmt.Sprintf("copying seq 0..%d from Session %s", from.CutSeq, from.Session)}
+		s.ready = &condition{turnlogv1.ReasonSeeding, fmt.Sprintf("seeding seq 0..%d from Session %s", from.CutSeq, from.Session)}
 		return nil
 	}
 	if s.head.Head() < 0 {

@@ -16,6 +16,7 @@ import (
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/internal/derived"
 	"github.com/turnlog/turnlog/internal/outcome"
+	"github.com/turnlog/turnlog/internal/sessionlog"
 )
 
 // reconcileDelete applies spec.retention and releases the Session. Only the
@@ -77,7 +78,7 @@ func (r *SessionReconciler) deleteLog(ctx context.Context, session *turnlogv1.Se
 		loc := st.Location(session)
 		location = statusLocation(name, loc)
 		where = location
-		if _, err = st.Logs.Delete(tctx, loc); err == nil {
+		if _, err = st.Logs.Delete(tctx, loc, sessionLiveness(r.apiReader())); err == nil {
 			return 0
 		}
 	}
@@ -120,6 +121,24 @@ func (r *SessionReconciler) setDeletionBlocked(ctx context.Context, session *tur
 	}
 }
 
+// sessionLiveness tells the store whether the Session whose log is at a
+// location exists and is not being deleted, read from reader: deleting a
+// log frees what its sources kept for it, and never from the root of a
+// Session that is alive, whatever a host wrote there.
+func sessionLiveness(reader client.Reader) sessionlog.Liveness {
+	return func(ctx context.Context, loc sessionlog.Location) (bool, error) {
+		s := &turnlogv1.Session{}
+		err := reader.Get(ctx, client.ObjectKey{Namespace: loc.Namespace, Name: loc.Session}, s)
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		return string(s.UID) == loc.UID && s.DeletionTimestamp.IsZero(), nil
+	}
+}
+
 // ignoreConflict drops optimistic-concurrency conflicts, which resolve
 // themselves through the watch event of the newer version.
 func ignoreConflict(err error) error {
@@ -127,4 +146,13 @@ func ignoreConflict(err error) error {
 		return nil
 	}
 	return err
+}
+
+// apiReader reads from the API server where the reconciler has one, so
+// that a Session of another shard, which the cache does not hold, is seen.
+func (r *SessionReconciler) apiReader() client.Reader {
+	if r.APIReader != nil {
+		return r.APIReader
+	}
+	return r.Client
 }

@@ -86,6 +86,8 @@ type forkScope struct {
 	// copySlot is set while the fork holds one of the manager's copy
 	// slots.
 	copySlot bool
+	// seeded is how the child was seeded, once it is.
+	seeded sessionlog.ForkResult
 }
 
 // errForkFailed marks a terminal failure, already in the fork's status.
@@ -153,11 +155,13 @@ func (r *SessionForkReconciler) runSteps(ctx context.Context, s *forkScope) erro
 		}
 	}
 	s.status = metav1.ConditionTrue
-	s.outcome = condition{turnlogv1.ReasonForked, fmt.Sprintf("child Session %s holds seq 0..%d of %s", s.child.Name, s.point.CutSeq, s.source.Name)}
+	prefix, how := seedingWords(s.seeded)
+	s.fork.Status.Prefix = prefix
+	s.outcome = condition{turnlogv1.ReasonForked, fmt.Sprintf("child Session %s holds seq 0..%d of %s, %s", s.child.Name, s.point.CutSeq, s.source.Name, how)}
 	if r.firstAnnouncement(s.fork, turnlogv1.ReasonForked) {
 		r.Recorder.Eventf(s.fork, s.child, "Normal", turnlogv1.EventForked, "Fork",
-			"created Session %s from %s seq 0..%d (atSeq %s, anchor %d, turn %d ended %s)",
-			s.child.Name, s.source.Name, s.point.CutSeq, s.fork.Spec.AtSeq, s.point.AnchorSeq, s.point.CutTurn, s.point.CutReason)
+			"created Session %s from %s seq 0..%d, %s (atSeq %s, anchor %d, turn %d ended %s)",
+			s.child.Name, s.source.Name, s.point.CutSeq, how, s.fork.Spec.AtSeq, s.point.AnchorSeq, s.point.CutTurn, s.point.CutReason)
 	}
 	return nil
 }
@@ -215,7 +219,7 @@ func (r *SessionForkReconciler) reconcileSource(ctx context.Context, s *forkScop
 		return s.transientError(err)
 	}
 	if !source.DeletionTimestamp.IsZero() {
-		return r.fail(s, turnlogv1.ReasonSourceNotFound, "source Session %s is being deleted", source.Name)
+		return r.fail(s, turnlogv1.ReasonSourceDeleting, "source Session %s is being deleted; fork it before deleting it, or fork one of its forks", source.Name)
 	}
 	s.source = source
 
@@ -322,7 +326,7 @@ func (s *forkScope) setCut() {
 }
 
 // reconcileChild creates the child Session. It is created before its log is
-// copied because the log's location includes the child's UID; until the
+// seeded because the log's location includes the child's UID; until the
 // copy is complete the Session controller reports the child as Seeding.
 func (r *SessionForkReconciler) reconcileChild(ctx context.Context, s *forkScope) error {
 	if s.child != nil {
@@ -344,7 +348,7 @@ func (r *SessionForkReconciler) reconcileChild(ctx context.Context, s *forkScope
 			Annotations: map[string]string{turnlogv1.AnnotationTraceLineage: childLineage(s.source, s.point.CutSeq)}},
 		Spec: turnlogv1.SessionSpec{
 			Adapter:   adapter,
-			Storage:   s.source.Spec.Storage, // CopyPrefix copies inside one store
+			Storage:   s.source.Spec.Storage, // a fork refers to segments inside one store
 			Retention: s.source.Spec.Retention,
 			ForkedFrom: &turnlogv1.ForkOrigin{
 				Session: s.source.Name, UID: string(s.source.UID), Fork: s.fork.Name, ForkUID: string(s.fork.UID),
@@ -385,8 +389,9 @@ func sentKeptThrough(source *turnlogv1.Session, cut int64) *int64 {
 	return ptr.To(min(kept, cut))
 }
 
-// reconcileCopy copies the source's events 0..cut into the child's own
-// location and nudges the child to pick them up.
+// reconcileCopy seeds the child's own location with the source's events
+// 0..cut, by reference where it can (sessionlog.Store.Fork), and nudges
+// the child to pick them up.
 func (r *SessionForkReconciler) reconcileCopy(ctx context.Context, s *forkScope) error {
 	name := s.source.Spec.Storage.StoreName()
 	st, err := r.Stores.Store(ctx, name)
@@ -394,24 +399,54 @@ func (r *SessionForkReconciler) reconcileCopy(ctx context.Context, s *forkScope)
 		return s.storeError(ctx, name, "opening the store", err)
 	}
 	logs, src, dst := st.Logs, st.Location(s.source), st.Location(s.child)
-	err = logs.CopyPrefix(ctx, src, dst, s.point.CutSeq)
+	res, err := logs.Fork(ctx, src, dst, s.point.CutSeq, sessionLiveness(r.sessionReader()))
 	if errors.Is(err, sessionlog.ErrDestinationNotEmpty) {
-		// The copy may have completed before the fork's status was written,
-		// and the child's log grown since.
+		// The fork may have completed before the fork's status was
+		// written, and the child's log grown since.
 		if seeded, herr := childSeeded(ctx, logs, dst, s.point.CutSeq); herr != nil {
 			return s.storeError(ctx, name, "reading the child's log", herr)
 		} else if !seeded {
 			return r.fail(s, turnlogv1.ReasonTargetExists, "the log of Session %s holds events that are not the source's prefix: %v", s.child.Name, err)
 		}
-		err = nil
+		refs, rerr := childReferences(ctx, logs, dst)
+		if rerr != nil {
+			return s.storeError(ctx, name, "reading the child's log", rerr)
+		}
+		res, err = sessionlog.ForkResult{Referenced: refs}, nil
 	}
 	if err != nil {
-		return s.storeError(ctx, name, fmt.Sprintf("copying seq 0..%d from %s to %s", s.point.CutSeq, src, dst), err)
+		return s.storeError(ctx, name, fmt.Sprintf("forking seq 0..%d of %s into %s", s.point.CutSeq, src, dst), err)
 	}
+	s.seeded = res
 	if err := sessionio.Nudge(ctx, r.Client, client.ObjectKeyFromObject(s.child), nil); err != nil {
 		return s.transientError(err)
 	}
 	return nil
+}
+
+// childReferences is how many of the child's first seqs it refers to.
+func childReferences(ctx context.Context, logs *sessionlog.Store, child sessionlog.Location) (int64, error) {
+	log, err := logs.Log(child)
+	if err != nil {
+		return 0, err
+	}
+	refs, err := log.References(ctx)
+	if err != nil || len(refs.Refs) == 0 {
+		return 0, err
+	}
+	return refs.Refs[len(refs.Refs)-1].Through + 1, nil
+}
+
+// seedingWords say how the fork seeded the child, for its status and
+// Event.
+func seedingWords(res sessionlog.ForkResult) (prefix, how string) {
+	switch {
+	case res.CopiedBecause != "":
+		return turnlogv1.PrefixCopied, "copied because " + res.CopiedBecause
+	case res.Referenced == 0:
+		return turnlogv1.PrefixReferenced, "the one segment holding them written again, cut"
+	}
+	return turnlogv1.PrefixReferenced, fmt.Sprintf("referring to the source's seq 0..%d", res.Referenced-1)
 }
 
 // childSeeded reports whether the child's log already reaches the cut.

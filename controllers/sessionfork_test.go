@@ -77,7 +77,7 @@ var _ = Describe("SessionFork controller", Ordered, func() {
 		Expect(exportLog(m.sio, m.ns, "support-chat")).To(Equal(string(log)), "the source is never written")
 		Eventually(func(g Gomega) []string {
 			return notes(forkEvents(g, m.ns, "support-chat-retry", turnlogv1.EventForked))
-		}).Should(ConsistOf("created Session support-chat-retry from support-chat seq 0..15 (atSeq 15.1, anchor 15, turn 2 ended aborted)"))
+		}).Should(ConsistOf("created Session support-chat-retry from support-chat seq 0..15, the one segment holding them written again, cut (atSeq 15.1, anchor 15, turn 2 ended aborted)"))
 	})
 
 	It("names the child after spec.target.name", func() {

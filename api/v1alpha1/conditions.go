@@ -29,6 +29,9 @@ const (
 	ReasonTurnInProgress = "TurnInProgress"
 	// ReasonSourceNotFound: the source Session does not exist.
 	ReasonSourceNotFound = "SourceNotFound"
+	// ReasonSourceDeleting: the source Session is being deleted; a fork
+	// started before it was deleted completes, one applied after does not.
+	ReasonSourceDeleting = "SourceDeleting"
 	// ReasonAnchorBeyondHead: the anchor is past the last event of the
 	// source's log.
 	ReasonAnchorBeyondHead = "AnchorBeyondHead"
@@ -45,6 +48,14 @@ const (
 	// slot free (--fork-copies) or for the namespace's other forks to
 	// finish copying (--namespace-fork-copies); it starts on its own.
 	ReasonForkQueued = "ForkQueued"
+)
+
+// SessionFork status.prefix values.
+const (
+	// PrefixReferenced: the child refers to the source's segments.
+	PrefixReferenced = "Referenced"
+	// PrefixCopied: the child holds a copy of the source's prefix.
+	PrefixCopied = "Copied"
 )
 
 // Labels and annotations turnlog puts on objects.

@@ -78,6 +78,14 @@ type SessionForkStatus struct {
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
 	ChildName string `json:"childName,omitempty"`
+	// Prefix says how the child holds the source's events through the
+	// cut: Referenced, the child refers to the source's segments and holds
+	// only the segment with the cut (docs/log-format.md, "Forks by
+	// reference"); Copied, the child holds a copy, for the reason the
+	// Succeeded condition gives.
+	// +kubebuilder:validation:Enum=Referenced;Copied
+	// +optional
+	Prefix string `json:"prefix,omitempty"`
 	// Conditions: Succeeded (Unknown while in progress, then True or False).
 	// +listType=map
 	// +listMapKey=type
@@ -95,6 +103,7 @@ type SessionForkStatus struct {
 // +kubebuilder:printcolumn:name="At",type=string,JSONPath=`.spec.atSeq`
 // +kubebuilder:printcolumn:name="Cut",type=integer,JSONPath=`.status.cutSeq`
 // +kubebuilder:printcolumn:name="Child",type=string,JSONPath=`.status.childName`
+// +kubebuilder:printcolumn:name="Prefix",type=string,JSONPath=`.status.prefix`
 // +kubebuilder:printcolumn:name="Succeeded",type=string,JSONPath=`.status.conditions[?(@.type=="Succeeded")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type SessionFork struct {

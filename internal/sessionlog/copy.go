@@ -110,6 +110,7 @@ func (s *Store) CopyPrefix(ctx context.Context, src, dst Location, cut int64) er
 // of segs) that are written again without its tail.
 type prefixPlan struct {
 	segs  []segment
+	refs  References
 	i     int
 	whole []segment
 	tail  []tailPiece
@@ -118,7 +119,7 @@ type prefixPlan struct {
 // planPrefix plans the copy of l's events 0..cut, reading at most the
 // segment that holds the cut.
 func (l *Log) planPrefix(ctx context.Context, cut int64) (prefixPlan, error) {
-	segs, err := l.listSegments(ctx)
+	segs, refs, err := l.layout(ctx)
 	if err != nil {
 		return prefixPlan{}, err
 	}
@@ -127,7 +128,7 @@ func (l *Log) planPrefix(ctx context.Context, cut int64) (prefixPlan, error) {
 	}
 	// i is the segment holding cut, if the log reaches that far.
 	i := sort.Search(len(segs), func(i int) bool { return segs[i].first > cut }) - 1
-	p := prefixPlan{segs: segs, i: i, whole: segs[:i]}
+	p := prefixPlan{segs: segs, refs: refs, i: i, whole: segs[:i]}
 	if i+1 < len(segs) && segs[i+1].first == cut+1 {
 		p.whole = segs[:i+1] // cut is a segment boundary: nothing to read
 		return p, nil

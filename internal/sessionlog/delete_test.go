@@ -44,7 +44,7 @@ func TestDeleteStopsAtTheDeadline(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &cancellingBucket{Bucket: mem, after: 100, cancel: cancel}
-	n, err := sessionlog.New(b).Delete(ctx, loc)
+	n, err := sessionlog.New(b).Delete(ctx, loc, nil)
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Delete after its context ended: %d deleted, err %v; want context.Canceled", n, err)
 	}
@@ -62,11 +62,15 @@ func TestDeleteStopsAtTheDeadline(t *testing.T) {
 		}
 		left++
 	}
-	if left != objects-n {
-		t.Fatalf("%d objects left, want %d", left, objects-n)
+	// And the mark that says the log is being deleted, until it is gone.
+	if left != objects-n+1 {
+		t.Fatalf("%d objects left, want %d and the deleted mark", left, objects-n)
 	}
 	// A later try finishes the job.
-	if n2, err := sessionlog.New(mem).Delete(context.Background(), loc); err != nil || n2 != left {
-		t.Fatalf("second Delete: %d, %v; want %d, nil", n2, err, left)
+	if n2, err := sessionlog.New(mem).Delete(context.Background(), loc, nil); err != nil || n2 != left-1 {
+		t.Fatalf("second Delete: %d, %v; want %d, nil", n2, err, left-1)
+	}
+	for o := range mem.List(context.Background(), root) {
+		t.Fatalf("%s left after the deletion completed", o.Key)
 	}
 }

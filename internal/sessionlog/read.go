@@ -204,7 +204,7 @@ func (l *Log) readRange(ctx context.Context, seg segment, data []byte, from, thr
 	if data == nil {
 		return l.streamSegment(ctx, seg, nil, pass)
 	}
-	n, err := scanSegment(bytes.NewReader(data), seg.key, seg.first, pass)
+	n, err := seg.scan(bytes.NewReader(data), pass)
 	if errors.Is(err, errStop) {
 		return n, nil
 	}

@@ -44,7 +44,7 @@ func TestDeleteRemovesLinksNotTheirTargets(t *testing.T) {
 	if err := syscall.Mkfifo(filepath.Join(root, "log", "00000000000000000002.jsonl"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Delete(ctx(t), own); err != nil {
+	if _, err := s.Delete(ctx(t), own, nil); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
 	if left := files(t, root); len(left) != 0 {
@@ -55,7 +55,7 @@ func TestDeleteRemovesLinksNotTheirTargets(t *testing.T) {
 	if err := os.Symlink("../team-b/v", filepath.Join(dir, "team-a", "t")); err != nil {
 		t.Fatal(err)
 	}
-	_, err := s.Delete(ctx(t), sessionlog.Location{Namespace: "team-a", Session: "t", UID: "2"})
+	_, err := s.Delete(ctx(t), sessionlog.Location{Namespace: "team-a", Session: "t", UID: "2"}, nil)
 	if re, ok := errors.AsType[*store.RefusedError](err); !ok || re.At != "team-a/t" {
 		t.Fatalf("Delete through a linked session directory = %v, want team-a/t refused", err)
 	}

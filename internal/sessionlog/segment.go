@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"strings"
 
 	gojson "github.com/goccy/go-json"
 
@@ -227,44 +226,26 @@ type segment struct {
 	key   string
 	first int64
 	size  int64
+	// ref is 1 + the index of the reference the segment is read through,
+	// 0 for the log's own; through is that reference's last seq, which
+	// the segment must not pass.
+	ref     int
+	through int64
 }
 
-// listSegments lists the log's segments in seq order.
-func (l *Log) listSegments(ctx context.Context) ([]segment, error) {
-	prefix := l.segmentPrefix()
-	var segs []segment
-	var err error
-	var tries budget
-	for {
-		segs = segs[:0]
-		err = nil
-		for o, lerr := range l.b.List(ctx, prefix) {
-			if lerr != nil {
-				err = lerr
-				break
+// scan reads the segment's bytes from r (see scanSegment), holding a
+// referenced segment to its reference's range.
+func (seg segment) scan(r io.Reader, fn func(Event) error) (int64, error) {
+	if seg.ref > 0 {
+		inner := fn
+		fn = func(e Event) error {
+			if e.Seq > seg.through {
+				return beyondReference(seg, e.Seq)
 			}
-			name, ok := strings.CutSuffix(strings.TrimPrefix(o.Key, prefix), ".jsonl")
-			first, perr := strconv.ParseInt(name, 10, 64)
-			if !ok || len(name) != 20 || perr != nil || first < 0 {
-				return nil, &DataError{Key: o.Key, Msg: "not a segment name (want 20 digits and .jsonl)"}
-			}
-			segs = append(segs, segment{key: o.Key, first: first, size: o.Size})
-		}
-		if err == nil {
-			break
-		}
-		var again bool
-		if again, err = tries.again(ctx, err); !again {
-			break
+			return inner(e)
 		}
 	}
-	if err != nil {
-		return nil, fmt.Errorf("list %s: %w", l.loc, err)
-	}
-	if len(segs) > 0 && segs[0].first != 0 {
-		return nil, &DataError{Key: segs[0].key, Msg: "the log's first segment does not start at seq 0"}
-	}
-	return segs, nil
+	return scanSegment(r, seg.key, seg.first, fn)
 }
 
 // streamSegment reads the segment seg, from its start, calling fn for each
@@ -288,7 +269,7 @@ func (l *Log) streamSegment(ctx context.Context, seg segment, restart func(), fn
 			return err
 		}
 		defer r.Close()
-		n, err = scanSegment(r, seg.key, seg.first, fn)
+		n, err = seg.scan(r, fn)
 		return err
 	})
 	if errors.Is(err, errStop) {

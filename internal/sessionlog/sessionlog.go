@@ -20,9 +20,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
-
-	"golang.org/x/sync/errgroup"
 
 	"github.com/turnlog/turnlog/internal/store"
 	"github.com/turnlog/turnlog/internal/turnlog"
@@ -214,67 +211,6 @@ func (l *Log) derivedKey(name string) (string, error) {
 		return "", fmt.Errorf("derived data name: %w", err)
 	}
 	return l.root + "derived/" + name, nil
-}
-
-// Delete removes every object of the session at loc and returns how many it
-// removed. It lists exactly loc's root, which ends in '/', so another
-// session's objects are never touched.
-//
-// A symbolic link or special file a host put in the root of a file://
-// store (the listing reports it, store.ErrRefused) is removed itself,
-// never what it points to, so the root can be cleaned; one in place of a
-// directory above the root is not the session's to remove, and fails the
-// deletion.
-func (s *Store) Delete(ctx context.Context, loc Location) (int, error) {
-	root, err := loc.Root()
-	if err != nil {
-		return 0, err
-	}
-	// Collect first: deleting while a listing is in progress can make some
-	// backends skip keys.
-	var keys []string
-	for o, err := range s.bucket.List(ctx, root) {
-		if err != nil {
-			if errors.Is(err, store.ErrRefused) && (o.Key+"/" == root || strings.HasPrefix(o.Key, root)) {
-				keys = append(keys, o.Key)
-				continue
-			}
-			return 0, fmt.Errorf("delete %s: %w", loc, err)
-		}
-		keys = append(keys, o.Key)
-	}
-	// Several at a time, since stores answer one delete per request; and
-	// ctx is looked at before each, because a store that answers every
-	// delete at once would otherwise never let a deadline be noticed.
-	var n atomic.Int64
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(deleteConcurrency)
-	for _, k := range keys {
-		if gctx.Err() != nil {
-			break
-		}
-		g.Go(func() error {
-			if err := gctx.Err(); err != nil {
-				return err
-			}
-			err := retry(gctx, func() error { return s.bucket.Delete(gctx, k) })
-			if err != nil && !errors.Is(err, store.ErrNotFound) {
-				return err
-			}
-			if err == nil {
-				n.Add(1)
-			}
-			return nil
-		})
-	}
-	err = g.Wait()
-	if err == nil {
-		err = ctx.Err()
-	}
-	if err != nil {
-		return int(n.Load()), fmt.Errorf("delete %s (%d of %d objects deleted): %w", loc, n.Load(), len(keys), err)
-	}
-	return int(n.Load()), nil
 }
 
 // deleteConcurrency is how many deletes of one root run at once.

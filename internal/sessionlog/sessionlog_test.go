@@ -700,7 +700,7 @@ func TestDeleteIsolation(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			n, err := s.Delete(ctx(t), a)
+			n, err := s.Delete(ctx(t), a, nil)
 			if err != nil || n != 7 {
 				t.Fatalf("Delete = %d, %v; want 7 objects (6 segments, 1 derived)", n, err)
 			}

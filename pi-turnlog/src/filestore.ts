@@ -16,7 +16,7 @@ import { constants, type Dirent, promises as fsp, mkdirSync, type Stats, statSyn
 import type { FileHandle } from "node:fs/promises";
 import { join } from "node:path";
 
-import { META_WRITER, type Store, StoreError } from "./store.ts";
+import { META_WRITER, type Store, StoreError, TooLargeError } from "./store.ts";
 
 /** The temporary directory, below the store's directory. */
 const TMP_DIR = ".turnlog-tmp";
@@ -173,7 +173,7 @@ class FileStore implements Store {
 	private async readRegular(op: string, key: string, path: string, limit = Infinity): Promise<Buffer> {
 		const { fh, size } = await this.openRegular(op, key, path);
 		try {
-			if (size > limit) throw new StoreError(`${op} ${JSON.stringify(key)}: larger than ${limit} bytes`, "permanent");
+			if (size > limit) throw new TooLargeError(op, key, size, limit);
 			return await fh.readFile();
 		} finally {
 			await fh.close();
@@ -259,10 +259,10 @@ class FileStore implements Store {
 		return (await this.getBytes(key)).toString("utf8");
 	}
 
-	async getBytes(key: string): Promise<Buffer> {
+	async getBytes(key: string, limit?: number): Promise<Buffer> {
 		checkKey(key);
 		const dir = await this.dirs("get", key, false);
-		return this.readRegular("get", key, join(dir, key.split("/").at(-1) as string));
+		return this.readRegular("get", key, join(dir, key.split("/").at(-1) as string), limit);
 	}
 
 	async writer(key: string): Promise<string | undefined> {

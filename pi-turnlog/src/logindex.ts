@@ -1,5 +1,6 @@
 // What the recorder knows of a Session's log, read from the head backwards
-// only as far as a question reaches. A start lists the segments and reads
+// only as far as a question reaches. A start lists the segments (a fork's
+// child's include those it refers to: SegmentLog.segments) and reads
 // the last one (where the log and its turn stand) and the first (the
 // session/start), not the whole log: the log records one path of pi's tree
 // in order, so what a start needs (the turn to close, the entries of pi's

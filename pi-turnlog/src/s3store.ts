@@ -8,7 +8,7 @@ import {
 	S3Client,
 } from "@aws-sdk/client-s3";
 
-import { META_WRITER, type Store, StoreError, type StoreOptions } from "./store.ts";
+import { META_WRITER, type Store, StoreError, type StoreOptions, TooLargeError } from "./store.ts";
 
 /**
  * openS3Store opens an s3:// URL in the form the Go side takes:
@@ -77,13 +77,24 @@ class S3Store implements Store {
 		}
 	}
 
-	async getBytes(key: string): Promise<Buffer> {
+	async getBytes(key: string, limit = Number.POSITIVE_INFINITY): Promise<Buffer> {
+		let body: Uint8Array;
 		try {
 			const out = await this.client.send(new GetObjectCommand({ Bucket: this.bucket, Key: key }));
-			return Buffer.from((await out.Body?.transformToByteArray()) ?? []);
+			// The size comes with the response's headers: an object over the
+			// limit is refused before its body is read, and the body dropped.
+			if (out.ContentLength !== undefined && out.ContentLength > limit) {
+				(out.Body as { destroy?: () => void } | undefined)?.destroy?.();
+				throw new TooLargeError("get", key, out.ContentLength, limit);
+			}
+			body = (await out.Body?.transformToByteArray()) ?? new Uint8Array();
 		} catch (err) {
+			if (err instanceof StoreError) throw err;
 			throw classify(err, `get ${key}`);
 		}
+		// A response without a length is held to the limit once read.
+		if (body.length > limit) throw new TooLargeError("get", key, body.length, limit);
+		return Buffer.from(body);
 	}
 
 	async writer(key: string): Promise<string | undefined> {

@@ -24,6 +24,21 @@ export class StoreError extends Error {
 	}
 }
 
+/**
+ * TooLargeError: an object read with a limit is larger than the limit. It
+ * is not read whole: the reader says what the object is too large to be.
+ */
+export class TooLargeError extends StoreError {
+	constructor(
+		op: string,
+		readonly key: string,
+		readonly size: number,
+		readonly limit: number,
+	) {
+		super(`${op} ${JSON.stringify(key)}: ${size} bytes, larger than ${limit} bytes`, "permanent");
+	}
+}
+
 export interface StoreOptions {
 	/** How long one request may take before it counts as a timeout. */
 	requestTimeoutMs?: number;
@@ -32,7 +47,8 @@ export interface StoreOptions {
 export interface Store {
 	putIfAbsent(key: string, body: string, metadata: Record<string, string>): Promise<void>;
 	get(key: string): Promise<string>;
-	getBytes(key: string): Promise<Buffer>;
+	/** getBytes reads the object key; one larger than limit bytes is refused (TooLargeError) without being read whole. */
+	getBytes(key: string, limit?: number): Promise<Buffer>;
 	writer(key: string): Promise<string | undefined>;
 	list(prefix: string): Promise<string[]>;
 	describe(): string;
@@ -49,9 +65,9 @@ export function withGetHook(store: Store, onGet: (key: string) => void): Store {
 			onGet(key);
 			return store.get(key);
 		},
-		getBytes: (key) => {
+		getBytes: (key, limit) => {
 			onGet(key);
-			return store.getBytes(key);
+			return store.getBytes(key, limit);
 		},
 		writer: (key) => store.writer(key),
 		list: (prefix) => store.list(prefix),
