@@ -190,6 +190,7 @@ var _ = Describe("turnlog.dev/v1alpha1 API", func() {
 		cut := int64(17)
 		fork.Status.CutSeq = &cut
 		fork.Status.ChildName = "printed"
+		fork.Status.Prefix = turnlogv1.PrefixReferenced
 		meta.SetStatusCondition(&fork.Status.Conditions, metav1.Condition{
 			Type: turnlogv1.ConditionSucceeded, Status: metav1.ConditionTrue, Reason: turnlogv1.ReasonForked, Message: "child Session printed holds seq 0..17",
 		})
@@ -198,8 +199,8 @@ var _ = Describe("turnlog.dev/v1alpha1 API", func() {
 		out := kubectl("get", "sfork", "-n", ns)
 		lines := strings.Split(strings.TrimSpace(out), "\n")
 		Expect(lines).To(HaveLen(2))
-		Expect(strings.Fields(lines[0])).To(Equal([]string{"NAME", "SOURCE", "AT", "CUT", "CHILD", "SUCCEEDED", "AGE"}))
-		Expect(strings.Fields(lines[1])[:6]).To(Equal([]string{"printed", "support-chat", "15.1", "17", "printed", "True"}))
+		Expect(strings.Fields(lines[0])).To(Equal([]string{"NAME", "SOURCE", "AT", "CUT", "CHILD", "PREFIX", "SUCCEEDED", "AGE"}))
+		Expect(strings.Fields(lines[1])[:7]).To(Equal([]string{"printed", "support-chat", "15.1", "17", "printed", "Referenced", "True"}))
 
 		By("listing both kinds under the turnlog category")
 		Expect(kubectl("get", "turnlog", "-n", ns, "-o", "name")).To(ContainSubstring("sessionfork.turnlog.dev/printed"))

@@ -86,8 +86,10 @@ type forkScope struct {
 	// copySlot is set while the fork holds one of the manager's copy
 	// slots.
 	copySlot bool
-	// seeded is how the child was seeded, once it is.
-	seeded sessionlog.ForkResult
+	// seeded is how the child's log was seeded, once it is, and
+	// derivedFrom where its derived data starts.
+	seeded      sessionlog.ForkResult
+	derivedFrom derived.Seeded
 }
 
 // errForkFailed marks a terminal failure, already in the fork's status.
@@ -399,6 +401,7 @@ func (r *SessionForkReconciler) reconcileCopy(ctx context.Context, s *forkScope)
 		return s.storeError(ctx, name, "opening the store", err)
 	}
 	logs, src, dst := st.Logs, st.Location(s.source), st.Location(s.child)
+	r.seedDerived(ctx, logs, src, dst, s)
 	res, err := logs.Fork(ctx, src, dst, s.point.CutSeq, sessionLiveness(r.sessionReader()))
 	if errors.Is(err, sessionlog.ErrDestinationNotEmpty) {
 		// The fork may have completed before the fork's status was
@@ -422,6 +425,31 @@ func (r *SessionForkReconciler) reconcileCopy(ctx context.Context, s *forkScope)
 		return s.transientError(err)
 	}
 	return nil
+}
+
+// seedDerived starts the child's derived data from the source's
+// checkpoints, before its log reaches the cut (until then the child's
+// Session waits as Seeding and runs no worker): the child's first runs
+// then fold only the events after them. A child that drops refused blocks
+// replays the prefix with its source's request layout, not as the source
+// did, and starts its transcript from the log. Seeding is a head start
+// and nothing more, so a store that fails it costs the child that head
+// start, not the fork.
+func (r *SessionForkReconciler) seedDerived(ctx context.Context, logs *sessionlog.Store, src, dst sessionlog.Location, s *forkScope) {
+	from, err := logs.Log(src)
+	if err != nil {
+		return
+	}
+	to, err := logs.Log(dst)
+	if err != nil {
+		return
+	}
+	target := sessionio.Target(s.child.Spec.Adapter)
+	seeded, err := derived.SeedFork(ctx, derived.StoreLog{Log: from}, derived.StoreLog{Log: to}, s.point.CutSeq, target, !target.DropsRefused())
+	if err != nil {
+		ctrl.LoggerFrom(ctx).V(1).Info("the child's derived data starts from its log", "reason", err.Error())
+	}
+	s.derivedFrom = seeded
 }
 
 // childReferences is how many of the child's first seqs it refers to.

@@ -32,7 +32,8 @@ responses, which is not part of the transcript.
 The branches are printed side by side when the output is at least 83 columns
 wide (--width, by default the terminal's, else $COLUMNS, else 120), one after
 the other otherwise. A Session is NAME in the namespace of -n, or NAMESPACE/NAME.
-Reads both logs and transcripts from the object store.`,
+Reads both logs and transcripts from the object store; for two Sessions of one
+fork tree (spec.forkedFrom), the events before the fork point from one log only.`,
 		Args: twoSessions,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if width < 0 {
@@ -49,6 +50,7 @@ Reads both logs and transcripts from the object store.`,
 				return err
 			}
 			var branches [2]compare.Branch
+			var sessions [2]compare.SessionRef
 			for i, arg := range args {
 				namespace, name := sessionRef(arg, ns)
 				log, err := st.OpenSession(ctx, kube, namespace, name)
@@ -56,8 +58,10 @@ Reads both logs and transcripts from the object store.`,
 					return err
 				}
 				branches[i] = compare.Branch{Name: namespace + "/" + name, Log: log}
+				sessions[i] = compare.SessionRef{Namespace: namespace, Name: name, UID: log.Location().UID}
 			}
-			c, err := compare.Compare(ctx, branches[0], branches[1])
+			same := compare.SharedThrough(ctx, kube, sessions[0], sessions[1])
+			c, err := compare.CompareFrom(ctx, branches[0], branches[1], same)
 			if err != nil {
 				return err
 			}

@@ -1,13 +1,14 @@
 // Package compare compares two branches of a conversation: two Sessions'
 // logs that share a prefix, as a fork's child shares its source's events
 // through the cut, byte for byte. It finds where the logs part by comparing
-// their event lines, counts the shared prefix without holding it, and
-// gives, for each side, the turns after the prefix with the messages of
-// the side's stored transcript, their replay marks (native or foreign,
-// degraded, refused, dropped blocks, synthetic tool results) and the
-// frozen partial text of stopped responses, which is never part of a
-// transcript. The result is plain data that encodes to JSON: what
-// `kubectl turnlog diff` prints, and what a page can show.
+// their event lines (for two Sessions of one fork tree, only from where
+// their lineage says they agree: lineage.go), counts the shared prefix
+// without holding it, and gives, for each side, the turns after the
+// prefix with the messages of the side's stored transcript, their replay
+// marks (native or foreign, degraded, refused, dropped blocks, synthetic
+// tool results) and the frozen partial text of stopped responses, which
+// is never part of a transcript. The result is plain data that encodes to
+// JSON: what `kubectl turnlog diff` prints, and what a page can show.
 package compare
 
 import (
@@ -190,7 +191,17 @@ func (e *NoSharedPrefixError) Is(target error) bool { return target == ErrNoShar
 // share no whole turn are a *NoSharedPrefixError; a side whose transcript
 // is not stored yet is an error wrapping derived.ErrNotReplayed.
 func Compare(ctx context.Context, a, b Branch) (Comparison, error) {
-	p, ended, err := sharedPrefix(ctx, a, b)
+	return CompareFrom(ctx, a, b, -1)
+}
+
+// CompareFrom is Compare of two logs known to hold the same events
+// 0..same (SharedThrough: their fork lineage says so; -1 for nothing
+// known). Its result is Compare's, but it reads those events once, from
+// a's log alone, still to count them, and b's log from same on. Should the
+// logs not agree through same after all, it believes the logs and compares
+// them from seq 0.
+func CompareFrom(ctx context.Context, a, b Branch, same int64) (Comparison, error) {
+	p, ended, err := sharedPrefix(ctx, a, b, same)
 	if err != nil {
 		return Comparison{}, err
 	}
@@ -219,18 +230,34 @@ func Compare(ctx context.Context, a, b Branch) (Comparison, error) {
 }
 
 // sharedPrefix reads a and b in step while their event lines are the
-// same; ended says which of the two logs had ended where they part (both:
-// the logs are the same).
-func sharedPrefix(ctx context.Context, a, b Branch) (p prefix, ended [2]bool, err error) {
+// same, but for the events before seq same, which both are known to hold
+// and a alone is read for; ended says which of the two logs had ended
+// where they part (both: the logs are the same). Logs that part before
+// same were not what their lineage said, and are read again from seq 0.
+func sharedPrefix(ctx context.Context, a, b Branch, same int64) (p prefix, ended [2]bool, err error) {
+	p, ended, err = scanPrefix(ctx, a, b, same)
+	if err == nil && p.shared.SameThroughSeq < same {
+		return scanPrefix(ctx, a, b, -1)
+	}
+	return p, ended, err
+}
+
+// scanPrefix is sharedPrefix's read: a from seq 0, b from same on, the
+// two compared from same on (from seq 0 when same is -1).
+func scanPrefix(ctx context.Context, a, b Branch, same int64) (p prefix, ended [2]bool, err error) {
 	nextA, stopA := iter.Pull2(a.Log.Events(ctx, 0))
 	defer stopA()
-	nextB, stopB := iter.Pull2(b.Log.Events(ctx, 0))
+	nextB, stopB := iter.Pull2(b.Log.Events(ctx, max(same, 0)))
 	defer stopB()
 	p = newPrefix()
 	for {
 		ea, okA, err := pull(nextA, a.Name)
 		if err != nil {
 			return p, ended, err
+		}
+		if okA && ea.Seq < same {
+			p.add(&ea)
+			continue
 		}
 		eb, okB, err := pull(nextB, b.Name)
 		if err != nil {

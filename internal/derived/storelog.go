@@ -53,3 +53,13 @@ func (s StoreLog) PutDerived(ctx context.Context, name string, data []byte) erro
 func (s StoreLog) DeleteDerived(ctx context.Context, name string) error {
 	return s.Log.DeleteDerived(ctx, name)
 }
+
+// CopyDerivedFrom copies src's derived object name to the same name here,
+// inside the store; ErrNotFound when src has none.
+func (s StoreLog) CopyDerivedFrom(ctx context.Context, src StoreLog, name string) error {
+	err := s.Log.CopyDerivedFrom(ctx, src.Log, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("%w: %w", ErrNotFound, err)
+	}
+	return err
+}

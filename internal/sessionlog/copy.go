@@ -244,6 +244,9 @@ func (s *Store) copiedAlready(ctx context.Context, to *Log, whole []segmentRun, 
 		if err != nil {
 			return nil, err
 		}
+		if notTheLog(to, o.Key) {
+			continue
+		}
 		if size, ok := want[o.Key]; !ok || size != o.Size {
 			return nil, fmt.Errorf("%w: found %s", ErrDestinationNotEmpty, o.Key)
 		}

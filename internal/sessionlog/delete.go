@@ -54,7 +54,13 @@ func (s *Store) Delete(ctx context.Context, loc Location, live Liveness) (int, e
 	}
 	// The mark first: a fork that pins this root from now on finds it and
 	// takes its pin back; one that pinned before is found below.
-	if err := retry(ctx, func() error { return s.bucket.Put(ctx, root+deletedName, []byte(`{"deleted":true}`), nil) }); err != nil {
+	err = retry(ctx, func() error { return s.bucket.Put(ctx, root+deletedName, []byte(`{"deleted":true}`), nil) })
+	if errors.Is(err, store.ErrRefused) {
+		// The root is a link or a special file a host planted: nothing
+		// under it is a log anything refers to. It goes itself.
+		return s.deleteKeys(ctx, loc, keys)
+	}
+	if err != nil {
 		return 0, fmt.Errorf("delete %s: mark it deleted: %w", loc, err)
 	}
 	refs, err := s.childManifests(ctx, loc)

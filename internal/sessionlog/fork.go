@@ -192,12 +192,22 @@ func (s *Store) checkForkDestination(ctx context.Context, to *Log, m References,
 		if err != nil {
 			return err
 		}
+		if notTheLog(to, o.Key) {
+			continue
+		}
 		size, ok := want[o.Key]
 		if !ok || size >= 0 && size != o.Size {
 			return fmt.Errorf("%w: found %s", ErrDestinationNotEmpty, o.Key)
 		}
 	}
 	return nil
+}
+
+// notTheLog: key is an object of l's root that a fork into it neither
+// writes nor minds: derived data (a fork seeds the child's before its
+// log) and the pins of the child's own children.
+func notTheLog(l *Log, key string) bool {
+	return strings.HasPrefix(key, l.root+"derived/") || strings.HasPrefix(key, l.root+pinsDir)
 }
 
 // pin records dst in each root m refers to, then checks that none of them
@@ -304,8 +314,8 @@ func (s *Store) childManifests(ctx context.Context, loc Location) ([]References,
 	var out []References
 	for _, key := range []string{root + "log/" + referencesName, root + pendingName} {
 		data, err := readLimited(ctx, s.bucket, key, maxReferencesBytes)
-		if errors.Is(err, store.ErrNotFound) {
-			continue
+		if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrRefused) {
+			continue // none, or a link a host planted: it refers to nothing
 		}
 		if _, bad := errors.AsType[*DataError](err); bad {
 			continue

@@ -206,6 +206,25 @@ func (l *Log) GetDerived(ctx context.Context, name string, limit int64) ([]byte,
 	return data, nil
 }
 
+// CopyDerivedFrom copies src's derived object name to the same name in l's
+// derived data, inside the storage service: how a fork's child starts from
+// its source's derived data without its bytes passing through the process.
+// An error wrapping store.ErrNotFound if src has no such object.
+func (l *Log) CopyDerivedFrom(ctx context.Context, src *Log, name string) error {
+	key, err := l.derivedKey(name)
+	if err != nil {
+		return err
+	}
+	from, err := src.derivedKey(name)
+	if err != nil {
+		return err
+	}
+	if err := retry(ctx, func() error { return l.b.Copy(ctx, key, from) }); err != nil {
+		return fmt.Errorf("copy derived %q of %s to %s: %w", name, src.loc, l.loc, err)
+	}
+	return nil
+}
+
 func (l *Log) derivedKey(name string) (string, error) {
 	if err := store.ValidateKey(name); err != nil {
 		return "", fmt.Errorf("derived data name: %w", err)

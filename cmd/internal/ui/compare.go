@@ -47,8 +47,9 @@ type compareRow struct {
 }
 
 // comparison answers GET /api/compare/NS/A/NS/B: A and B compared from
-// where their logs part, reading both logs and their stored transcripts
-// with the user's credentials, as `kubectl turnlog diff` does.
+// where their logs part, reading both logs (for two Sessions of one fork
+// tree, the events before the fork point from one only) and their stored
+// transcripts with the user's credentials, as `kubectl turnlog diff` does.
 func (s *Server) comparison(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	if s.opts.Store == nil {
@@ -56,6 +57,7 @@ func (s *Server) comparison(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var branches [2]compare.Branch
+	var sessions [2]compare.SessionRef
 	for i, side := range []string{"a", "b"} {
 		ns, name := r.PathValue("namespace"+side), r.PathValue("name"+side)
 		log, err := s.opts.Store.OpenSession(ctx, s.opts.Kube, ns, name)
@@ -68,8 +70,10 @@ func (s *Server) comparison(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		branches[i] = compare.Branch{Name: ns + "/" + name, Log: log}
+		sessions[i] = compare.SessionRef{Namespace: ns, Name: name, UID: log.Location().UID}
 	}
-	c, err := compare.Compare(ctx, branches[0], branches[1])
+	same := compare.SharedThrough(ctx, s.opts.Kube, sessions[0], sessions[1])
+	c, err := compare.CompareFrom(ctx, branches[0], branches[1], same)
 	switch {
 	case errors.Is(err, derived.ErrNotReplayed):
 		writeError(w, http.StatusConflict, fmt.Errorf("not replayed yet: %w — the workers store a Session's transcript once a turn of it has ended; compare again then", err))

@@ -2,6 +2,7 @@ package ui
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -270,5 +271,61 @@ func TestComparisonRowsAreBounded(t *testing.T) {
 	v := viewComparison(c, r)
 	if len(v.Rows) != maxCompareRows || v.MoreRows != 30 || v.Rows[0].B != nil || v.Rows[0].Turn != 1 {
 		t.Errorf("%d rows, %d more, first %+v: want %d rows and 30 more", len(v.Rows), v.MoreRows, v.Rows[0], maxCompareRows)
+	}
+}
+
+// A child whose spec.forkedFrom names its source is compared from the
+// fork point: the answer is the one the page gets without the record, and
+// the child's log is read from the cut, not from seq 0. The source is
+// written a turn a segment and the child refers to its segments, as a
+// fork by reference does, so the segments read say where each log was read.
+func TestCompareByLineage(t *testing.T) {
+	child := session("default", "chat-retry")
+	child.Spec.ForkedFrom = &turnlogv1.ForkOrigin{Session: "chat", UID: "uid-default-chat", CutSeq: 16}
+	hide := false
+	hideLineage := interceptor.Funcs{Get: func(ctx context.Context, kube client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+		err := kube.Get(ctx, key, obj, opts...)
+		if s, ok := obj.(*turnlogv1.Session); ok && hide {
+			s.Spec.ForkedFrom = nil
+		}
+		return err
+	}}
+	c := newTestCluster(t, hideLineage, session("default", "chat"), child)
+	lines := bytes.SplitAfter(readSample(t), []byte("\n"))
+	for _, turn := range [][2]int{{0, 5}, {5, 12}, {12, 17}, {17, 23}} {
+		c.write("default", "chat", bytes.Join(lines[turn[0]:turn[1]], nil))
+	}
+	loc := func(name string) sessionlog.Location {
+		return sessionlog.Location{Namespace: "default", Session: name, UID: "uid-default-" + name}
+	}
+	if _, err := c.logs.Fork(t.Context(), loc("chat"), loc("chat-retry"), 16, nil); err != nil {
+		t.Fatal(err)
+	}
+	c.write("default", "chat-retry", []byte(childTurn))
+	c.replay("default", "chat")
+	c.replay("default", "chat-retry")
+
+	const path = "/api/compare/default/chat/default/chat-retry"
+	answers := map[bool][]byte{}
+	segments := map[bool]int{}
+	for _, lineage := range []bool{true, false} {
+		hide = !lineage
+		c.reads.segments()
+		code, body := c.get(path)
+		if code != http.StatusOK {
+			t.Fatalf("lineage %v: %d %s", lineage, code, body)
+		}
+		answers[lineage] = body
+		segments[lineage], _ = c.reads.segments()
+	}
+	if !bytes.Equal(answers[true], answers[false]) {
+		t.Errorf("by lineage\n%s\nfrom seq 0\n%s", answers[true], answers[false])
+	}
+	// From seq 0, the prefix reads the source's four segments and the
+	// child's three referred to and its own; then each side is read from
+	// the cut: a segment each. By lineage, the child's prefix is read
+	// from the cut only: the segment holding seq 16, and its own.
+	if segments[true] != 8 || segments[false] != 10 {
+		t.Errorf("segments read: %d by lineage, %d from seq 0; want 8 and 10", segments[true], segments[false])
 	}
 }

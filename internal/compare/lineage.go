@@ -1,0 +1,109 @@
+package compare
+
+import (
+	"context"
+	"math"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+)
+
+// A fork's child holds its source's events 0..cut byte for byte (a fork by
+// reference shares the very segments), so two Sessions of one fork tree
+// are known to hold the same events through the smallest cut on the path
+// between them, which their spec.forkedFrom records say without reading a
+// log. A comparison then reads those events once, from one log, rather
+// than from both to find that they agree (CompareFrom).
+
+// maxLineage bounds how many forks up from each Session a lineage is
+// followed: a record of one fork is one get from the API server.
+const maxLineage = 32
+
+// SessionRef is a Session as its log was opened: its namespace, name and
+// uid (the log's Location).
+type SessionRef struct {
+	Namespace, Name, UID string
+}
+
+// SharedThrough is the last seq the logs of a and b are known to share by
+// their lineage: the smallest cut of the forks between them and their
+// nearest common ancestor, found by following spec.forkedFrom up to
+// maxLineage forks from each. It is -1 when they share no lineage found
+// that way: other namespaces, a Session not found or of another uid than
+// its log's or its child's record, a get that failed. CompareFrom then
+// reads both logs from seq 0, as Compare does; the comparison is the same
+// either way, only slower, so no lookup here is an error.
+func SharedThrough(ctx context.Context, kube client.Reader, a, b SessionRef) int64 {
+	if a.Namespace != b.Namespace {
+		return -1
+	}
+	get := cachedGet(kube, a.Namespace)
+	return sharedThrough(ancestry(ctx, get, a), ancestry(ctx, get, b))
+}
+
+// getSession gets a Session of the namespace being walked by name.
+type getSession func(ctx context.Context, name string) (*turnlogv1.Session, error)
+
+// cachedGet gets each Session of namespace from kube once: the lineages of
+// two Sessions of one tree meet, and the walk of the second goes over the
+// first one's Sessions again.
+func cachedGet(kube client.Reader, namespace string) getSession {
+	got := map[string]*turnlogv1.Session{}
+	return func(ctx context.Context, name string) (*turnlogv1.Session, error) {
+		if s, ok := got[name]; ok {
+			return s, nil
+		}
+		s := &turnlogv1.Session{}
+		if err := kube.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, s); err != nil {
+			return nil, err
+		}
+		got[name] = s
+		return s, nil
+	}
+}
+
+// ancestor is a Session of a lineage, by uid, and the last seq the
+// Session the lineage starts from shares with it.
+type ancestor struct {
+	uid     string
+	through int64
+}
+
+// ancestry is s and the Sessions it was forked from, nearest first, as far
+// as the records check out: each Session got must have the uid its log or
+// its child's record names. A source deleted since ends the walk, and is
+// still an ancestor by the uid its children record: they hold its events
+// through their cuts whether it is there or not.
+func ancestry(ctx context.Context, get getSession, s SessionRef) []ancestor {
+	out := []ancestor{{uid: s.UID, through: math.MaxInt64}}
+	name, uid := s.Name, s.UID
+	for range maxLineage {
+		session, err := get(ctx, name)
+		if err != nil || uid == "" || string(session.UID) != uid || session.Spec.ForkedFrom == nil {
+			break
+		}
+		from := session.Spec.ForkedFrom
+		out = append(out, ancestor{uid: from.UID, through: min(out[len(out)-1].through, from.CutSeq)})
+		name, uid = from.Session, from.UID
+	}
+	return out
+}
+
+// sharedThrough is what two ancestries say their Sessions share: the
+// events through the smaller of the two bounds at the nearest ancestor
+// they have in common, the first of a's that b has. It is -1 when they
+// have none, or when a and b are one Session: then nothing was learnt.
+func sharedThrough(a, b []ancestor) int64 {
+	for _, x := range a {
+		for _, y := range b {
+			if x.uid != "" && x.uid == y.uid {
+				if through := min(x.through, y.through); through < math.MaxInt64 {
+					return through
+				}
+				return -1
+			}
+		}
+	}
+	return -1
+}

@@ -1,0 +1,259 @@
+package compare
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"iter"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/turnlog"
+)
+
+// fork is what a child's spec.forkedFrom says: its source and its cut.
+type fork struct {
+	source string
+	cut    int64
+}
+
+// forkedSession is Session team-a/name with the uid of location(name),
+// forked from (if not nil) the Session of that uid.
+func forkedSession(name string, from *fork) *turnlogv1.Session {
+	s := &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name, UID: types.UID(location(name).UID)}}
+	if from != nil {
+		s.Spec.ForkedFrom = &turnlogv1.ForkOrigin{Session: from.source, UID: location(from.source).UID, CutSeq: from.cut}
+	}
+	return s
+}
+
+func sessionRef(name string) SessionRef {
+	return SessionRef{Namespace: "team-a", Name: name, UID: location(name).UID}
+}
+
+// fakeSessions is an API server holding sessions.
+func fakeSessions(tb testing.TB, sessions ...*turnlogv1.Session) client.WithWatch {
+	return fakeSessionsWith(tb, interceptor.Funcs{}, sessions...)
+}
+
+func fakeSessionsWith(tb testing.TB, funcs interceptor.Funcs, sessions ...*turnlogv1.Session) client.WithWatch {
+	tb.Helper()
+	scheme := runtime.NewScheme()
+	if err := turnlogv1.AddToScheme(scheme); err != nil {
+		tb.Fatal(err)
+	}
+	objs := make([]client.Object, len(sessions))
+	for i, s := range sessions {
+		objs[i] = s
+	}
+	return interceptor.NewClient(fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build(), funcs)
+}
+
+// Where two ancestries, nearest first, meet: at the first of a's that b
+// has, through the smaller of the two bounds there.
+func TestSharedThroughAncestries(t *testing.T) {
+	self := func(uid string) ancestor { return ancestor{uid: uid, through: math.MaxInt64} }
+	for _, tc := range []struct {
+		name string
+		a, b []ancestor
+		want int64
+	}{
+		{"a child and its source", []ancestor{self("child"), {"source", 40}}, []ancestor{self("source")}, 40},
+		{"a source and its child", []ancestor{self("source")}, []ancestor{self("child"), {"source", 40}}, 40},
+		{"siblings", []ancestor{self("early"), {"source", 11}}, []ancestor{self("late"), {"source", 40}}, 11},
+		{"a grandchild and its grandparent", []ancestor{self("grandchild"), {"child", 30}, {"source", 20}}, []ancestor{self("source")}, 20},
+		{"cousins meet at the nearest ancestor", []ancestor{self("x"), {"p", 50}, {"root", 10}}, []ancestor{self("y"), {"p", 60}, {"root", 10}}, 50},
+		{"a child and its source's sibling", []ancestor{self("child"), {"early", 8}, {"source", 5}}, []ancestor{self("late"), {"source", 9}}, 5},
+		{"one Session", []ancestor{self("source")}, []ancestor{self("source")}, -1},
+		{"no ancestor in common", []ancestor{self("child"), {"source", 40}}, []ancestor{self("other"), {"else", 40}}, -1},
+		{"records without a uid", []ancestor{self("early"), {"", 11}}, []ancestor{self("late"), {"", 40}}, -1},
+	} {
+		if got := sharedThrough(tc.a, tc.b); got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+// SharedThrough walks the Sessions' records through the API server, and
+// finds nothing whenever a record does not check out.
+func TestSharedThroughFromTheAPIServer(t *testing.T) {
+	tree := []*turnlogv1.Session{
+		forkedSession("source", nil),
+		forkedSession("child", &fork{"source", 40}),
+		forkedSession("early", &fork{"source", 11}),
+		forkedSession("grandchild", &fork{"child", 60}),
+		forkedSession("great-grandchild", &fork{"grandchild", 30}),
+		forkedSession("nephew", &fork{"early", 8}),
+		forkedSession("orphan", &fork{"gone", 16}),
+		forkedSession("orphan-sibling", &fork{"gone", 22}),
+		forkedSession("unrelated", nil),
+	}
+	recreated := forkedSession("child", &fork{"source", 40})
+	recreated.UID = "another-uid"
+	noUID := forkedSession("no-uid", &fork{"source", 40})
+	noUID.Spec.ForkedFrom.UID = ""
+	other := sessionRef("child")
+	other.Namespace = "team-b"
+	stale := sessionRef("child")
+	stale.UID = "before-it-was-recreated"
+	forbidden := func(name string) interceptor.Funcs {
+		return interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if key.Name == name {
+				return errors.New("forbidden")
+			}
+			return c.Get(ctx, key, obj, opts...)
+		}}
+	}
+	for _, tc := range []struct {
+		name     string
+		sessions []*turnlogv1.Session
+		funcs    interceptor.Funcs
+		a, b     SessionRef
+		want     int64
+	}{
+		{"a source and its child", tree, interceptor.Funcs{}, sessionRef("source"), sessionRef("child"), 40},
+		{"a child and its source", tree, interceptor.Funcs{}, sessionRef("child"), sessionRef("source"), 40},
+		{"siblings", tree, interceptor.Funcs{}, sessionRef("early"), sessionRef("child"), 11},
+		{"a grandchild and its grandparent", tree, interceptor.Funcs{}, sessionRef("grandchild"), sessionRef("source"), 40},
+		{"three forks down", tree, interceptor.Funcs{}, sessionRef("source"), sessionRef("great-grandchild"), 30},
+		{"a grandchild and its parent's sibling's child", tree, interceptor.Funcs{}, sessionRef("grandchild"), sessionRef("nephew"), 8},
+		{"children of a deleted source", tree, interceptor.Funcs{}, sessionRef("orphan"), sessionRef("orphan-sibling"), 16},
+		{"no lineage in common", tree, interceptor.Funcs{}, sessionRef("child"), sessionRef("unrelated"), -1},
+		{"one Session", tree, interceptor.Funcs{}, sessionRef("child"), sessionRef("child"), -1},
+		{"other namespaces", tree, interceptor.Funcs{}, sessionRef("source"), other, -1},
+		{"a Session not found", tree, interceptor.Funcs{}, sessionRef("source"), sessionRef("missing"), -1},
+		{"a log opened before its Session was recreated", tree, interceptor.Funcs{}, sessionRef("source"), stale, -1},
+		{"a source recreated under its name", []*turnlogv1.Session{tree[0], recreated, tree[3]}, interceptor.Funcs{}, sessionRef("grandchild"), sessionRef("source"), -1},
+		{"a record without the source's uid", []*turnlogv1.Session{tree[0], noUID}, interceptor.Funcs{}, sessionRef("source"), sessionRef("no-uid"), -1},
+		{"a get refused on the way", tree, forbidden("child"), sessionRef("grandchild"), sessionRef("source"), -1},
+		// The uid of a Session's log is its own: the Session need not be
+		// got unless the walk goes on from it.
+		{"a get refused at the end", tree, forbidden("source"), sessionRef("child"), sessionRef("source"), 40},
+	} {
+		kube := fakeSessionsWith(t, tc.funcs, deepCopies(tc.sessions)...)
+		if got := SharedThrough(t.Context(), kube, tc.a, tc.b); got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+func deepCopies(sessions []*turnlogv1.Session) []*turnlogv1.Session {
+	out := make([]*turnlogv1.Session, len(sessions))
+	for i, s := range sessions {
+		out[i] = s.DeepCopy()
+	}
+	return out
+}
+
+// A lineage is followed maxLineage forks up and no further: a chain one
+// fork longer is not known to share anything.
+func TestSharedThroughIsBounded(t *testing.T) {
+	chain := func(forks int) []*turnlogv1.Session {
+		out := []*turnlogv1.Session{forkedSession("s0", nil)}
+		for i := 1; i <= forks; i++ {
+			out = append(out, forkedSession("s"+strconv.Itoa(i), &fork{"s" + strconv.Itoa(i-1), int64(100 - i)}))
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		forks int
+		want  int64
+	}{{maxLineage, 100 - maxLineage}, {maxLineage + 1, -1}} {
+		kube := fakeSessions(t, chain(tc.forks)...)
+		if got := SharedThrough(t.Context(), kube, sessionRef("s0"), sessionRef("s"+strconv.Itoa(tc.forks))); got != tc.want {
+			t.Errorf("%d forks down: %d, want %d", tc.forks, got, tc.want)
+		}
+	}
+}
+
+// readFrom records the seqs a log is read from.
+type readFrom struct {
+	Log
+	from *[]int64
+}
+
+func (r readFrom) Events(ctx context.Context, from int64) iter.Seq2[turnlog.Event, error] {
+	*r.from = append(*r.from, from)
+	return r.Log.Events(ctx, from)
+}
+
+// asJSON is a comparison, or its error, as a page gets it.
+func asJSON(t *testing.T, c Comparison, err error) string {
+	t.Helper()
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	data, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+// Comparing from where the lineage says two logs agree gives what
+// comparing them from seq 0 gives: the same prefix, however far past the
+// cut the logs still agree, and the same branches, whichever comes first.
+// The second log is read only from there; a lineage the logs belie is
+// not believed.
+func TestCompareFromIsCompare(t *testing.T) {
+	s := newSessions(t)
+	s.write("chat", sample(t))
+	// A child continued differently after its cut at the stopped turn.
+	s.fork("chat", "chat-retry", 16)
+	s.write("chat-retry", []byte(childTurns))
+	// A child cut after turn 1 that goes on as its source did for two
+	// turns, then with a turn 4 of its own: it agrees with the source,
+	// and with chat-retry, through seq 17.
+	lines := bytes.SplitAfter(sample(t), []byte("\n"))
+	s.fork("chat", "chat-again", 4)
+	s.write("chat-again", slices.Concat(slices.Concat(lines[5:17]...), []byte(strings.ReplaceAll(childTurns, "Only the first step, briefly.", "Just the first step."))))
+	// A child cut at its source's last event: the same log.
+	s.fork("chat", "chat-copy", 22)
+	s.write("other", []byte(childTurns[:bytes.IndexByte([]byte(childTurns), '\n')+1]))
+	s.replay("chat", "chat-retry", "chat-again")
+
+	// sameThrough is the last seq the two logs agree on, -1 when they
+	// share no whole turn.
+	for _, tc := range []struct {
+		name        string
+		a, b        string
+		same        int64
+		sameThrough int64
+	}{
+		{"a source continued after the cut", "chat", "chat-retry", 16, 17},
+		{"a child and its source", "chat-retry", "chat", 16, 17},
+		{"a child going on as its source did", "chat", "chat-again", 4, 17},
+		{"siblings agreeing past the nearer cut", "chat-again", "chat-retry", 4, 17},
+		{"the same log", "chat", "chat-copy", 22, 22},
+		{"a lineage the logs belie", "chat", "other", 16, -1},
+		{"a lineage past both heads", "chat-retry", "chat-again", 40, 17},
+	} {
+		var fromA, fromB []int64
+		a, b := s.branch(tc.a), s.branch(tc.b)
+		c, err := Compare(t.Context(), a, b)
+		if (err != nil) != (tc.sameThrough < 0) || err == nil && c.Shared.SameThroughSeq != tc.sameThrough {
+			t.Fatalf("%s: from seq 0: shared %+v, %v; want the logs to agree through %d", tc.name, c.Shared, err, tc.sameThrough)
+		}
+		want := asJSON(t, c, err)
+		a.Log, b.Log = readFrom{a.Log, &fromA}, readFrom{b.Log, &fromB}
+		c, err = CompareFrom(t.Context(), a, b, tc.same)
+		if got := asJSON(t, c, err); got != want {
+			t.Errorf("%s: from seq %d\n%s\nfrom seq 0\n%s", tc.name, tc.same, got, want)
+		}
+		if tc.name == "a source continued after the cut" && (len(fromB) != 2 || fromB[0] != 16 || fromB[1] != 17) {
+			t.Errorf("%s: the child's log read from seqs %v, want 16 (the cut) and 17 (its own turns)", tc.name, fromB)
+		}
+	}
+}
