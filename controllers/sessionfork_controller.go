@@ -52,6 +52,9 @@ type SessionForkReconciler struct {
 	// mid-copy gives the fork's copy slot back when it passes, and the
 	// fork is retried with backoff. 0 is no bound but the reconcile's.
 	CopyTimeout time.Duration
+	// CopyPrefixes: children copy their source's prefix instead of
+	// referring to it (--fork-prefix=copy).
+	CopyPrefixes bool
 
 	// queue is the controller's fair queue (fair_queue.go); copies bounds
 	// the forks cut and copied at once, since each reads the source's log.
@@ -402,7 +405,7 @@ func (r *SessionForkReconciler) reconcileCopy(ctx context.Context, s *forkScope)
 	}
 	logs, src, dst := st.Logs, st.Location(s.source), st.Location(s.child)
 	r.seedDerived(ctx, logs, src, dst, s)
-	res, err := logs.Fork(ctx, src, dst, s.point.CutSeq, sessionLiveness(r.sessionReader()))
+	res, err := r.seedLog(ctx, logs, src, dst, s.point.CutSeq)
 	if errors.Is(err, sessionlog.ErrDestinationNotEmpty) {
 		// The fork may have completed before the fork's status was
 		// written, and the child's log grown since.
@@ -425,6 +428,22 @@ func (r *SessionForkReconciler) reconcileCopy(ctx context.Context, s *forkScope)
 		return s.transientError(err)
 	}
 	return nil
+}
+
+// Values of --fork-prefix.
+const (
+	ForkPrefixReference = "reference"
+	ForkPrefixCopy      = "copy"
+)
+
+// seedLog seeds the child's log with the source's events 0..cut, by
+// reference unless the manager copies.
+func (r *SessionForkReconciler) seedLog(ctx context.Context, logs *sessionlog.Store, src, dst sessionlog.Location, cut int64) (sessionlog.ForkResult, error) {
+	if r.CopyPrefixes {
+		err := logs.CopyPrefix(ctx, src, dst, cut)
+		return sessionlog.ForkResult{CopiedBecause: "the manager copies every fork's prefix (--fork-prefix=copy)"}, err
+	}
+	return logs.Fork(ctx, src, dst, cut, sessionLiveness(r.sessionReader()))
 }
 
 // seedDerived starts the child's derived data from the source's

@@ -51,6 +51,9 @@ type Config struct {
 	// ForkCopyTimeout bounds the cut and the copy of one fork (its store
 	// reads and writes); zero is DefaultForkCopyTimeout.
 	ForkCopyTimeout time.Duration
+	// ForkPrefix is how forks seed their children: ForkPrefixReference
+	// ("" too) or ForkPrefixCopy.
+	ForkPrefix string
 	// Limits share the manager between namespaces; zero fields take their
 	// defaults.
 	Limits Limits
@@ -225,8 +228,8 @@ func newWorkers(mgr ctrl.Manager, cfg Config, wake wakeups) (Workers, error) {
 func setupForks(ctx context.Context, mgr ctrl.Manager, cfg Config, recorder events.EventRecorder, watch *watchdog) error {
 	forkWakeups := make(wakeups, 1024)
 	forks := &SessionForkReconciler{Client: mgr.GetClient(), Recorder: recorder, Stores: cfg.Stores, PollInterval: cfg.PollInterval,
-		CopyTimeout: cfg.ForkCopyTimeout,
-		queue:       &fairQueue{limits: cfg.Limits}, watchdog: watch, wakeups: forkWakeups,
+		CopyTimeout: cfg.ForkCopyTimeout, CopyPrefixes: cfg.ForkPrefix == ForkPrefixCopy,
+		queue: &fairQueue{limits: cfg.Limits}, watchdog: watch, wakeups: forkWakeups,
 		copies: &slots{
 			total: cfg.Limits.ForkCopies, totalName: "fork-copies",
 			perNamespace: cfg.Limits.NamespaceForkCopies, perNamespaceName: "namespace-fork-copies",

@@ -232,6 +232,13 @@ func storeProblem(ctx context.Context, storeName, doing string, err error) *cond
 			doing, storeName, open.Failures, storeFailure(open.Last), store.DefaultBreakerOpenFor)}
 	}
 	var data *sessionlog.DataError
+	if errors.As(err, &data) && data.InReferences() {
+		// A fork's references are the manager's to write; one a host
+		// forged or broke is refused, said once in an Event, and never
+		// followed outside the namespace.
+		return &condition{turnlogv1.ReasonObjectRefused, fmt.Sprintf(
+			"%s: %s; a fork's references are written by the manager alone (docs/log-format.md, \"Forks by reference\")", doing, derived.Truncate(data.Error(), 700))}
+	}
 	if errors.As(err, &data) {
 		return &condition{turnlogv1.ReasonStoreUnavailable, fmt.Sprintf("%s: %s", doing, derived.Truncate(data.Error(), 800))}
 	}

@@ -403,6 +403,51 @@ var _ = Describe("Tenants", Ordered, func() {
 		})
 	}
 
+	It("refuses a references manifest a host forged, follows nothing outside the namespace, and deletes through no pin", func() {
+		theTarget()
+		name := "forger"
+		_, _, err := sio.Import(ctx, teamA, name, bytes.NewReader(readLog("aborted-turn.jsonl")))
+		Expect(err).NotTo(HaveOccurred())
+		s := waitReady(teamA, name)
+		root := filepath.Join(storeDir, "tenants", teamA, name, string(s.UID))
+		target := getSession(teamB, "target")(Default)
+
+		By("planting a manifest that names the other namespace's Session, as its host can")
+		manifest := fmt.Sprintf(`{"version":1,"refs":[{"session":"../../%s/target","uid":%q,"through":3}]}`, teamB, target.UID)
+		Expect(os.WriteFile(filepath.Join(root, "log", "references.json"), []byte(manifest), 0o644)).To(Succeed())
+		base := s.DeepCopy()
+		s.Annotations[turnlogv1.AnnotationRequestedAt] = time.Now().UTC().Format(time.RFC3339Nano)
+		Expect(alice.Patch(ctx, s, client.MergeFrom(base))).To(Succeed())
+		Eventually(func(g Gomega) {
+			s := getSession(teamA, name)(g)
+			g.Expect(cond(s.Status.Conditions, turnlogv1.ConditionReady)).To(Equal("False/" + turnlogv1.ReasonObjectRefused))
+			msg := meta.FindStatusCondition(s.Status.Conditions, turnlogv1.ConditionReady).Message
+			g.Expect(msg).To(ContainSubstring("log/references.json: references manifest refused: reference 0: location session"))
+			g.Expect(msg).To(ContainSubstring("written by the manager alone"))
+		}).Should(Succeed())
+		Eventually(sessionEvents(teamA, name, turnlogv1.EventObjectRefused)).Should(ConsistOf(
+			And(HaveField("Type", "Warning"), HaveField("Note", ContainSubstring("references.json")))))
+
+		By("planting pins that claim children in both namespaces, and deleting the Session")
+		Expect(os.MkdirAll(filepath.Join(root, "pins"), 0o755)).To(Succeed())
+		for uid, child := range map[string]string{"forged-1": "../../" + teamB + "/target", "forged-2": "nobody", string(target.UID): "target"} {
+			pin := fmt.Sprintf(`{"session":%q,"uid":%q}`, child, uid)
+			Expect(os.WriteFile(filepath.Join(root, "pins", uid+".json"), []byte(pin), 0o644)).To(Succeed())
+		}
+		Expect(alice.Delete(ctx, &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: teamA}})).To(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKey{Namespace: teamA, Name: name}, &turnlogv1.Session{}))
+		}).Should(BeTrue())
+		if _, err := os.Stat(root); err == nil {
+			Expect(fileTree(root)).To(BeEmpty(), "no pin a host wrote keeps anything of a deleted Session")
+		}
+
+		By("leaving the other namespace's Session byte for byte as it was")
+		Expect(fileTree(filepath.Join(storeDir, targetRoot), outsideDir)).To(Equal(targetFiles))
+		Expect(exportLog(sio, teamB, "target")).To(Equal(targetBefore))
+		Expect(cond(getSession(teamB, "target")(Default).Status.Conditions, turnlogv1.ConditionReady)).To(Equal("True/Current"))
+	})
+
 	It("refuses edits of storage and retention, which would move or orphan the log", func() {
 		s := &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Name: "settled", Namespace: teamA},
 			Spec: turnlogv1.SessionSpec{Storage: turnlogv1.SessionStorage{Store: "broken"}, Retention: turnlogv1.RetentionDelete}}

@@ -110,6 +110,9 @@ const (
 	// symbolic link or a special file (a FIFO, a device, a socket) where a
 	// directory or an object of the log or of its derived data should be.
 	// The store neither follows nor opens it; the message names its key.
+	// Also: the log's references manifest (a fork's, written by the
+	// manager alone) is not one the manager wrote, or what it refers to
+	// is gone; the message names the object.
 	ReasonObjectRefused = "ObjectRefused"
 	// ReasonWorkerFailed: a worker run failed; it is retried with backoff.
 	ReasonWorkerFailed = "WorkerFailed"

@@ -104,6 +104,7 @@ type managerFlags struct {
 	shard                             string
 	storeTimeout, reconcileDeadline   time.Duration
 	forkCopyTimeout                   time.Duration
+	forkPrefix                        string
 	deletionTimeout, orphanSweep      time.Duration
 	orphanNamespace                   string
 	pollInterval, maxPollInterval     time.Duration
@@ -151,6 +152,7 @@ func (f *managerFlags) bind(fs *flag.FlagSet) {
 	})
 	fs.DurationVar(&f.storeTimeout, "store-timeout", controllers.DefaultStoreTimeout, "how long one look at a Session may wait for its store (the probe, the head, the checkpoints) before it is reported StoreUnavailable and retried")
 	fs.DurationVar(&f.forkCopyTimeout, "fork-copy-timeout", controllers.DefaultForkCopyTimeout, "how long one fork's cut and copy may wait for its store before they are cancelled, the copy slot is given back and the fork is retried with backoff")
+	fs.StringVar(&f.forkPrefix, "fork-prefix", controllers.ForkPrefixReference, "how a fork's child holds its source's prefix: reference (it refers to the source's segments, and writes only the segment holding the cut) or copy (it copies them, as managers before forks by reference did: for a store that such a manager also reads)")
 	fs.DurationVar(&f.reconcileDeadline, "reconcile-deadline", controllers.DefaultReconcileDeadline, "how long one reconcile (worker runs inside the manager included) may run before its context ends; one still running a minute later fails the liveness check (/healthz), so the manager is restarted")
 	fs.DurationVar(&f.deletionTimeout, "deletion-timeout", controllers.DefaultDeletionTimeout, "how long a deleted Session with retention Delete waits for its store before it is released with its log left in place")
 	fs.StringVar(&f.orphanNamespace, "orphan-namespace", os.Getenv("POD_NAMESPACE"), "namespace where a log left in place by --deletion-timeout is recorded (a ConfigMap labelled "+controllers.LabelOrphanedLog+") until the orphan sweep deletes it; default: the manager's own ($POD_NAMESPACE); empty: not recorded, only the LogOrphaned Event names it")
@@ -192,6 +194,8 @@ func (f *managerFlags) check() (corev1.ResourceRequirements, error) {
 		return resources, fmt.Errorf("--worker-max-failures %d: must be at least 1", f.workerMaxFailures)
 	case f.storeTimeout <= 0:
 		return resources, fmt.Errorf("--store-timeout %s: must be positive", f.storeTimeout)
+	case f.forkPrefix != controllers.ForkPrefixReference && f.forkPrefix != controllers.ForkPrefixCopy:
+		return resources, fmt.Errorf("--fork-prefix %q: must be %s or %s", f.forkPrefix, controllers.ForkPrefixReference, controllers.ForkPrefixCopy)
 	case f.forkCopyTimeout <= 0:
 		return resources, fmt.Errorf("--fork-copy-timeout %s: must be positive", f.forkCopyTimeout)
 	case f.deletionTimeout <= 0:
@@ -255,6 +259,7 @@ func (f *managerFlags) controllersConfig(stores controllers.Stores, resources co
 		DeletionTimeout:     f.deletionTimeout,
 		StoreTimeout:        f.storeTimeout,
 		ForkCopyTimeout:     f.forkCopyTimeout,
+		ForkPrefix:          f.forkPrefix,
 		Limits:              f.limits,
 		ReconcileDeadline:   f.reconcileDeadline,
 		OrphanNamespace:     f.orphanNamespace,

@@ -3,7 +3,9 @@ package compare
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/turnlog/turnlog/internal/derived"
@@ -32,12 +34,38 @@ func benchTurn(n int, answer string) [][]byte {
 		fmt.Appendf(nil, `{"type":"turn/end","turn":%d,"reason":"stop"}`, n))
 }
 
+// segmentReads counts the bytes read of log segments, to tell them from
+// the transcripts' in what a comparison reads.
+type segmentReads struct {
+	store.Bucket
+	bytes atomic.Int64
+}
+
+func (s *segmentReads) NewRangeReader(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
+	r, err := s.Bucket.NewRangeReader(ctx, key, offset, length)
+	if err != nil || !strings.Contains(key, "/log/") {
+		return r, err
+	}
+	return countedReader{r, &s.bytes}, nil
+}
+
+type countedReader struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (r countedReader) Read(p []byte) (int, error) {
+	n, err := r.ReadCloser.Read(p)
+	r.n.Add(int64(n))
+	return n, err
+}
+
 // BenchmarkCompareByLineage compares a Session of 10,000 turns, a segment
 // each as a host flushes them, with its child forked by reference 10 turns
 // before its end and given 10 turns of its own, both replayed: from seq 0
 // (Compare) and from the fork point its lineage gives (SharedThrough from
-// the two Sessions' records, then CompareFrom). Bytes read are the
-// store's, logs and transcripts.
+// the two Sessions' records, then CompareFrom). It reports the bytes read
+// of the store, logs and transcripts, and of the logs alone.
 func BenchmarkCompareByLineage(b *testing.B) {
 	const turns, after = 10000, 10
 	ctx := context.Background()
@@ -46,7 +74,8 @@ func BenchmarkCompareByLineage(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer bucket.Close()
-	counting := storetest.NewCounting(bucket)
+	segments := &segmentReads{Bucket: bucket}
+	counting := storetest.NewCounting(segments)
 	logs := sessionlog.New(counting)
 	open := func(name string) *sessionlog.Log {
 		l, err := logs.Log(location(name))
@@ -92,6 +121,7 @@ func BenchmarkCompareByLineage(b *testing.B) {
 	} {
 		b.Run(way.name, func(b *testing.B) {
 			counting.Reset()
+			segments.bytes.Store(0)
 			for b.Loop() {
 				c, err := CompareFrom(ctx, source, child, way.same())
 				if err != nil || c.Shared.CutSeq != cut {
@@ -99,6 +129,7 @@ func BenchmarkCompareByLineage(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(counting.Counts().BytesRead)/float64(b.N), "bytes-read/op")
+			b.ReportMetric(float64(segments.bytes.Load())/float64(b.N), "log-bytes/op")
 		})
 	}
 }

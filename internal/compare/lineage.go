@@ -80,7 +80,7 @@ func ancestry(ctx context.Context, get getSession, s SessionRef) []ancestor {
 	name, uid := s.Name, s.UID
 	for range maxLineage {
 		session, err := get(ctx, name)
-		if err != nil || uid == "" || string(session.UID) != uid || session.Spec.ForkedFrom == nil {
+		if err != nil || string(session.UID) != uid || session.Spec.ForkedFrom == nil || session.Spec.ForkedFrom.UID == "" {
 			break
 		}
 		from := session.Spec.ForkedFrom

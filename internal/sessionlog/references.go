@@ -269,5 +269,5 @@ func (l *Log) withReferenced(ctx context.Context, own []segment, refs References
 // beyondReference reports a referenced segment holding a seq past its
 // reference's range.
 func beyondReference(seg segment, seq int64) error {
-	return &DataError{Key: seg.key, Msg: fmt.Sprintf("holds seq %d, past the end of the reference to it (seq %d)", seq, seg.through)}
+	return &DataError{Key: seg.key, Msg: fmt.Sprintf("holds seq %d, past the end of the reference to it (seq %d)", seq, seg.through), referenced: true}
 }

@@ -82,6 +82,8 @@ type DataError struct {
 	// Seq is the seq the line should have.
 	Seq int64
 	Msg string
+	// referenced: Key is a segment read through a reference.
+	referenced bool
 }
 
 func (e *DataError) Error() string {
@@ -89,6 +91,13 @@ func (e *DataError) Error() string {
 		return fmt.Sprintf("bad log data: %s: %s", e.Key, e.Msg)
 	}
 	return fmt.Sprintf("bad log data: %s line %d (seq %d): %s", e.Key, e.Line, e.Seq, e.Msg)
+}
+
+// InReferences reports whether the bad data is the log's references
+// manifest, or what it refers to: a fork's child's prefix, which only the
+// manager writes (docs/log-format.md, "Forks by reference").
+func (e *DataError) InReferences() bool {
+	return strings.HasSuffix(e.Key, "/log/"+referencesName) || e.referenced
 }
 
 // Location names one session's log. Namespace, Session and UID come from

@@ -292,8 +292,8 @@ func TestCompareByLineage(t *testing.T) {
 	}}
 	c := newTestCluster(t, hideLineage, session("default", "chat"), child)
 	lines := bytes.SplitAfter(readSample(t), []byte("\n"))
-	for _, turn := range [][2]int{{0, 5}, {5, 12}, {12, 17}, {17, 23}} {
-		c.write("default", "chat", bytes.Join(lines[turn[0]:turn[1]], nil))
+	for _, seqs := range [][2]int{{0, 5}, {5, 12}, {12, 17}, {17, 23}} {
+		c.write("default", "chat", bytes.Join(lines[seqs[0]:seqs[1]], nil))
 	}
 	loc := func(name string) sessionlog.Location {
 		return sessionlog.Location{Namespace: "default", Session: name, UID: "uid-default-" + name}
