@@ -20,7 +20,8 @@ type HeadInfo struct {
 	TurnOpen bool
 	// LastTurnEnd is the last turn/end event; nil if no turn has ended.
 	LastTurnEnd *TurnEnd
-	// Segments is the number of segment objects.
+	// Segments is the number of segment objects listed: the log's own
+	// alone when the head was found among them.
 	Segments int
 }
 
@@ -63,12 +64,33 @@ type gapError struct{ *DataError }
 func (e *gapError) Unwrap() error { return e.DataError }
 
 func (l *Log) head(ctx context.Context) (HeadInfo, error) {
-	segs, err := l.listSegments(ctx)
+	own, refs, err := l.listOwn(ctx)
 	if err != nil {
 		return HeadInfo{}, err
 	}
+	if len(refs.Refs) > 0 && len(own) > 0 && own[0].first == refs.end() {
+		// A fork's child that has gone on: reading back from its last
+		// segment almost always meets a turn/end among its own, and then
+		// the Sessions it refers to (whose listings grow with their
+		// history) are not listed at all, at every poll of the child.
+		if h, found, err := l.headOf(ctx, own, false); err != nil || found {
+			return h, err
+		}
+	}
+	segs, err := l.merged(ctx, own, refs)
+	if err != nil {
+		return HeadInfo{}, err
+	}
+	h, _, err := l.headOf(ctx, segs, true)
+	return h, err
+}
+
+// headOf reads segs backwards from the last until one holds a turn/end.
+// segs are the whole log's when whole is set; otherwise the last of them,
+// and found is false when none of them holds a turn/end.
+func (l *Log) headOf(ctx context.Context, segs []segment, whole bool) (h HeadInfo, found bool, err error) {
 	if len(segs) == 0 {
-		return HeadInfo{}, nil
+		return HeadInfo{}, true, nil
 	}
 	var tail []segmentSummary // segments read, last first
 	for i := len(segs) - 1; i >= 0; i-- {
@@ -78,19 +100,23 @@ func (l *Log) head(ctx context.Context) (HeadInfo, error) {
 			return nil
 		})
 		if err != nil {
-			return HeadInfo{}, fmt.Errorf("head of %s: %w", l.loc, err)
+			return HeadInfo{}, false, fmt.Errorf("head of %s: %w", l.loc, err)
 		}
 		if i+1 < len(segs) && segs[i].first+n != segs[i+1].first {
-			return HeadInfo{}, fmt.Errorf("head of %s: %w", l.loc, boundaryError(segs[i], n, segs[i+1]))
+			return HeadInfo{}, false, fmt.Errorf("head of %s: %w", l.loc, boundaryError(segs[i], n, segs[i+1]))
 		}
 		sum.n = n
 		tail = append(tail, sum)
 		if sum.lastEnd != nil {
+			found = true
 			break
 		}
 	}
+	if !found && !whole {
+		return HeadInfo{}, false, nil
+	}
 	last := segs[len(segs)-1]
-	h := HeadInfo{Next: last.first + tail[0].n, Segments: len(segs)}
+	h = HeadInfo{Next: last.first + tail[0].n, Segments: len(segs)}
 	for j := len(tail) - 1; j >= 0; j-- {
 		t := tail[j]
 		h.Turns = max(h.Turns, t.turns)
@@ -104,7 +130,7 @@ func (l *Log) head(ctx context.Context) (HeadInfo, error) {
 			h.LastTurnEnd = t.lastEnd
 		}
 	}
-	return h, nil
+	return h, true, nil
 }
 
 // segmentSummary is what Head keeps of one segment.

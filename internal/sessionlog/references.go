@@ -219,16 +219,24 @@ func (l *Log) layout(ctx context.Context) ([]segment, References, error) {
 	if err != nil {
 		return nil, References{}, err
 	}
+	segs, err := l.merged(ctx, own, refs)
+	return segs, refs, err
+}
+
+// merged is the log's own segments with those of its references, in seq
+// order, from seq 0.
+func (l *Log) merged(ctx context.Context, own []segment, refs References) ([]segment, error) {
 	segs := own
 	if len(refs.Refs) > 0 {
+		var err error
 		if segs, err = l.withReferenced(ctx, own, refs); err != nil {
-			return nil, References{}, fmt.Errorf("list %s: %w", l.loc, err)
+			return nil, fmt.Errorf("list %s: %w", l.loc, err)
 		}
 	}
 	if len(segs) > 0 && segs[0].first != 0 {
-		return nil, References{}, &DataError{Key: segs[0].key, Msg: "the log's first segment does not start at seq 0"}
+		return nil, &DataError{Key: segs[0].key, Msg: "the log's first segment does not start at seq 0"}
 	}
-	return segs, refs, nil
+	return segs, nil
 }
 
 // withReferenced lists each referenced range's segments and merges them

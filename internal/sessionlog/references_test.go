@@ -403,3 +403,34 @@ func runForkTree(t *testing.T, b store.Bucket, seed uint64, steps int) {
 		t.Fatalf("seed %d: %s left after every Session of the tree was deleted", seed, o.Key)
 	}
 }
+
+// TestChildHeadListsNoReference: the head of a child that has gone on is
+// found among its own segments, without listing the Sessions it refers
+// to, whose listings grow with their history: the manager reads every
+// Session's head at each poll.
+func TestChildHeadListsNoReference(t *testing.T) {
+	c := storetest.NewCounting(openURL(t, "mem://", nil))
+	src := sessionlog.Location{Namespace: "ns", Session: "long", UID: "u-src"}
+	app := openLog(t, c, src).NewAppender("w")
+	for i := range 50 {
+		if _, err := app.Append(ctx(t), ev("turn/start", i+1, ""), ev("turn/end", i+1, `,"reason":"stop"`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dst := sessionlog.Location{Namespace: "ns", Session: "child", UID: "u-child"}
+	if _, err := sessionlog.New(c).Fork(ctx(t), src, dst, 99, nil); err != nil {
+		t.Fatal(err)
+	}
+	child := openLog(t, c, dst)
+	if _, err := child.NewAppender("h").Append(ctx(t), ev("turn/start", 51, ""), ev("turn/end", 51, `,"reason":"stop"`)); err != nil {
+		t.Fatal(err)
+	}
+	c.Reset()
+	h, err := child.Head(ctx(t))
+	if err != nil || h.Next != 102 || h.LastTurnEnd == nil || h.LastTurnEnd.Seq != 101 {
+		t.Fatalf("Head = %+v, %v; want the child's own turn 51 at seq 100..101", h, err)
+	}
+	if got := c.Counts(); got.ListPages != 1 || got.RangeReads+got.Gets != 1 {
+		t.Errorf("Head made %+v; want one listing (the child's own) and one read", got)
+	}
+}
