@@ -282,6 +282,24 @@ bench-turns: control-plane $(if $(filter container,$(TURNS_NODE)),node-deps) ## 
 	$(GO) run ./hack/e2ebuild --out $(TURNS_BUILD_DIR) --images=$(if $(filter container,$(TURNS_NODE)),true,false)
 	KUBEBUILDER_ASSETS=$(CONTROL_PLANE_DIR) $(GO) test ./test/scale/ -run TestTurns -count=1 -timeout 1h -v -args -turns.node=$(TURNS_NODE) -turns.n=$(TURNS) -turns.build-dir=$(TURNS_BUILD_DIR) -turns.out=$(TURNS_OUT)
 
+# bench-forks times SessionForks with the manager's two ways of seeding a
+# child (--fork-prefix=reference and copy), each with a manager of its own,
+# on the local cluster's process node with pod workers (as `make dev`), on
+# FORKS_STORE (file, versitygw or both): a fork at the head of sources of
+# FORKS_TURNS turns, one in the middle of the largest, a fork of that fork,
+# and FORKS_MANY forks at once; the bytes each child stores. What it runs is
+# built first, as e2e-build does, outside go test's -timeout; results are
+# appended to FORKS_OUT.
+FORKS_STORE ?= both
+FORKS_TURNS ?= 100,1000,10000
+FORKS_MANY ?= 200
+FORKS_BUILD_DIR ?= $(BIN_DIR)/forks
+FORKS_OUT ?= $(CURDIR)/bin/forks.jsonl
+.PHONY: bench-forks
+bench-forks: control-plane ## Time SessionForks by reference and by copy on FORKS_STORE (file|versitygw|both): fork -> Succeeded -> child Current, bytes stored.
+	$(GO) run ./hack/e2ebuild --out $(FORKS_BUILD_DIR) --images=false
+	KUBEBUILDER_ASSETS=$(CONTROL_PLANE_DIR) $(GO) test ./test/scale/ -run TestForks -count=1 -timeout 1h -v -args -forks.store=$(FORKS_STORE) -forks.turns=$(FORKS_TURNS) -forks.many=$(FORKS_MANY) -forks.build-dir=$(FORKS_BUILD_DIR) -forks.out=$(FORKS_OUT)
+
 .PHONY: scale-plot
 scale-plot: ## Plot bin/scale.jsonl (from bench-scale) into docs/scale.tsv and docs/scale.png (needs jq, gnuplot).
 	jq -r '[.sessions, .idleRssMiB, .peakRssMiB, .restartRssMiB, .readySeconds, .restartSeconds] | @tsv' bin/scale.jsonl > docs/scale.tsv

@@ -11,11 +11,14 @@
 // TestFlood measures one namespace's flood against another's appends, and
 // TestTurns what a host waits for on each turn in pod worker mode (append
 // to stored transcript) and the Jobs and Pods the turns create, on the
-// local cluster's process or container node.
+// local cluster's process or container node. TestForks times SessionForks
+// with the manager's --fork-prefix=reference and copy, on a file:// store
+// and versitygw (fork to Succeeded, to the child Current) and what each
+// child stores.
 //
 // They are measurements, not tests of behaviour: `make bench-scale`,
-// `make bench-flood` and `make bench-turns` run them and docs/benchmarks.md
-// records what they printed. Without their flags (-scale.n, -flood.rows,
-// -turns.node) they do nothing. Apart from this comment the package is
-// tests only.
+// `make bench-flood`, `make bench-turns` and `make bench-forks` run them,
+// and docs/benchmarks.md records what the first three printed. Without
+// their flags (-scale.n, -flood.rows, -turns.node, -forks.store) they do
+// nothing. Apart from this comment the package is tests only.
 package scale
