@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/turnlog/turnlog/cmd/internal/cmdkit"
 	"github.com/turnlog/turnlog/internal/compare"
 )
 
@@ -60,7 +61,7 @@ fork tree (spec.forkedFrom), the events before the fork point from one log only.
 				branches[i] = compare.Branch{Name: namespace + "/" + name, Log: log}
 				sessions[i] = compare.SessionRef{Namespace: namespace, Name: name, UID: log.Location().UID}
 			}
-			same := compare.SharedThrough(ctx, kube, sessions[0], sessions[1])
+			same := compare.SharedThrough(ctx, cmdkit.ForkRecords(kube, sessions[0].Namespace), sessions[0], sessions[1])
 			c, err := compare.CompareFrom(ctx, branches[0], branches[1], same)
 			if err != nil {
 				return err

@@ -110,14 +110,14 @@ func BenchmarkCompareByLineage(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	kube := fakeSessions(b, forkedSession("long", nil), forkedSession("long-retry", &fork{"long", cut}))
+	records := recordsOf("", forkedSession("long", nil), forkedSession("long-retry", &fork{"long", cut}))
 	source, child := Branch{Name: "team-a/long", Log: storedLog{open("long")}}, Branch{Name: "team-a/long-retry", Log: storedLog{open("long-retry")}}
 	for _, way := range []struct {
 		name string
 		same func() int64
 	}{
 		{"from=0", func() int64 { return -1 }},
-		{"from=lineage", func() int64 { return SharedThrough(ctx, kube, sessionRef("long"), sessionRef("long-retry")) }},
+		{"from=lineage", func() int64 { return SharedThrough(ctx, records, sessionRef("long"), sessionRef("long-retry")) }},
 	} {
 		b.Run(way.name, func(b *testing.B) {
 			counting.Reset()

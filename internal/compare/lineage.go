@@ -3,10 +3,6 @@ package compare
 import (
 	"context"
 	"math"
-
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 )
 
 // A fork's child holds its source's events 0..cut byte for byte (a fork by
@@ -26,40 +22,51 @@ type SessionRef struct {
 	Namespace, Name, UID string
 }
 
+// ForkRecord is what a lineage walk needs of a Session: its uid, and what
+// its spec.forkedFrom says (Source "" for a Session that is no fork's
+// child).
+type ForkRecord struct {
+	UID       string
+	Source    string
+	SourceUID string
+	Cut       int64
+}
+
+// Records looks up the record of a Session of the namespace walked, by
+// name (cmdkit.ForkRecords reads them from the API server).
+type Records func(ctx context.Context, name string) (ForkRecord, error)
+
 // SharedThrough is the last seq the logs of a and b are known to share by
 // their lineage: the smallest cut of the forks between them and their
 // nearest common ancestor, found by following spec.forkedFrom up to
 // maxLineage forks from each. It is -1 when they share no lineage found
 // that way: other namespaces, a Session not found or of another uid than
-// its log's or its child's record, a get that failed. CompareFrom then
+// its log's or its child's record, a lookup that failed. CompareFrom then
 // reads both logs from seq 0, as Compare does; the comparison is the same
 // either way, only slower, so no lookup here is an error.
-func SharedThrough(ctx context.Context, kube client.Reader, a, b SessionRef) int64 {
+func SharedThrough(ctx context.Context, records Records, a, b SessionRef) int64 {
 	if a.Namespace != b.Namespace {
 		return -1
 	}
-	get := cachedGet(kube, a.Namespace)
+	get := cached(records)
 	return sharedThrough(ancestry(ctx, get, a), ancestry(ctx, get, b))
 }
 
-// getSession gets a Session of the namespace being walked by name.
-type getSession func(ctx context.Context, name string) (*turnlogv1.Session, error)
-
-// cachedGet gets each Session of namespace from kube once: the lineages of
-// two Sessions of one tree meet, and the walk of the second goes over the
-// first one's Sessions again.
-func cachedGet(kube client.Reader, namespace string) getSession {
-	got := map[string]*turnlogv1.Session{}
-	return func(ctx context.Context, name string) (*turnlogv1.Session, error) {
-		if s, ok := got[name]; ok {
-			return s, nil
+// cached looks each Session up once: the lineages of two Sessions of one
+// tree meet, and the walk of the second goes over the first one's
+// Sessions again.
+func cached(records Records) Records {
+	got := map[string]ForkRecord{}
+	return func(ctx context.Context, name string) (ForkRecord, error) {
+		if r, ok := got[name]; ok {
+			return r, nil
 		}
-		s := &turnlogv1.Session{}
-		if err := kube.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, s); err != nil {
-			return nil, err
+		r, err := records(ctx, name)
+		if err != nil {
+			return ForkRecord{}, err
 		}
-		got[name] = s
-		return s, nil
+		got[name] = r
+		return r, nil
 	}
 }
 
@@ -75,17 +82,16 @@ type ancestor struct {
 // its child's record names. A source deleted since ends the walk, and is
 // still an ancestor by the uid its children record: they hold its events
 // through their cuts whether it is there or not.
-func ancestry(ctx context.Context, get getSession, s SessionRef) []ancestor {
+func ancestry(ctx context.Context, get Records, s SessionRef) []ancestor {
 	out := []ancestor{{uid: s.UID, through: math.MaxInt64}}
 	name, uid := s.Name, s.UID
 	for range maxLineage {
-		session, err := get(ctx, name)
-		if err != nil || string(session.UID) != uid || session.Spec.ForkedFrom == nil || session.Spec.ForkedFrom.UID == "" {
+		r, err := get(ctx, name)
+		if err != nil || r.UID != uid || r.Source == "" || r.SourceUID == "" {
 			break
 		}
-		from := session.Spec.ForkedFrom
-		out = append(out, ancestor{uid: from.UID, through: min(out[len(out)-1].through, from.CutSeq)})
-		name, uid = from.Session, from.UID
+		out = append(out, ancestor{uid: r.SourceUID, through: min(out[len(out)-1].through, r.Cut)})
+		name, uid = r.Source, r.SourceUID
 	}
 	return out
 }

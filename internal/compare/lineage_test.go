@@ -12,14 +12,6 @@ import (
 	"strings"
 	"testing"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
-	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
-
-	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/internal/turnlog"
 )
 
@@ -29,36 +21,40 @@ type fork struct {
 	cut    int64
 }
 
+// namedRecord is a Session of team-a by name, as the API server records it.
+type namedRecord struct {
+	name string
+	rec  ForkRecord
+}
+
 // forkedSession is Session team-a/name with the uid of location(name),
 // forked from (if not nil) the Session of that uid.
-func forkedSession(name string, from *fork) *turnlogv1.Session {
-	s := &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name, UID: types.UID(location(name).UID)}}
+func forkedSession(name string, from *fork) namedRecord {
+	r := namedRecord{name: name, rec: ForkRecord{UID: location(name).UID}}
 	if from != nil {
-		s.Spec.ForkedFrom = &turnlogv1.ForkOrigin{Session: from.source, UID: location(from.source).UID, CutSeq: from.cut}
+		r.rec.Source, r.rec.SourceUID, r.rec.Cut = from.source, location(from.source).UID, from.cut
 	}
-	return s
+	return r
 }
 
 func sessionRef(name string) SessionRef {
 	return SessionRef{Namespace: "team-a", Name: name, UID: location(name).UID}
 }
 
-// fakeSessions is an API server holding sessions.
-func fakeSessions(tb testing.TB, sessions ...*turnlogv1.Session) client.WithWatch {
-	return fakeSessionsWith(tb, interceptor.Funcs{}, sessions...)
-}
-
-func fakeSessionsWith(tb testing.TB, funcs interceptor.Funcs, sessions ...*turnlogv1.Session) client.WithWatch {
-	tb.Helper()
-	scheme := runtime.NewScheme()
-	if err := turnlogv1.AddToScheme(scheme); err != nil {
-		tb.Fatal(err)
+// recordsOf looks sessions up by name, as cmdkit.ForkRecords does on the
+// API server; a lookup of refuse fails, as a get the server refuses.
+func recordsOf(refuse string, sessions ...namedRecord) Records {
+	return func(_ context.Context, name string) (ForkRecord, error) {
+		if name == refuse {
+			return ForkRecord{}, errors.New("forbidden")
+		}
+		for _, s := range sessions {
+			if s.name == name {
+				return s.rec, nil
+			}
+		}
+		return ForkRecord{}, errors.New("not found")
 	}
-	objs := make([]client.Object, len(sessions))
-	for i, s := range sessions {
-		objs[i] = s
-	}
-	return interceptor.NewClient(fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build(), funcs)
 }
 
 // Where two ancestries, nearest first, meet: at the first of a's that b
@@ -86,10 +82,10 @@ func TestSharedThroughAncestries(t *testing.T) {
 	}
 }
 
-// SharedThrough walks the Sessions' records through the API server, and
-// finds nothing whenever a record does not check out.
-func TestSharedThroughFromTheAPIServer(t *testing.T) {
-	tree := []*turnlogv1.Session{
+// SharedThrough walks the Sessions' records, and finds nothing whenever a
+// record does not check out.
+func TestSharedThroughFromTheRecords(t *testing.T) {
+	tree := []namedRecord{
 		forkedSession("source", nil),
 		forkedSession("child", &fork{"source", 40}),
 		forkedSession("early", &fork{"source", 11}),
@@ -101,67 +97,50 @@ func TestSharedThroughFromTheAPIServer(t *testing.T) {
 		forkedSession("unrelated", nil),
 	}
 	recreated := forkedSession("child", &fork{"source", 40})
-	recreated.UID = "another-uid"
+	recreated.rec.UID = "another-uid"
 	noUID := forkedSession("no-uid", &fork{"source", 40})
-	noUID.Spec.ForkedFrom.UID = ""
+	noUID.rec.SourceUID = ""
 	other := sessionRef("child")
 	other.Namespace = "team-b"
 	stale := sessionRef("child")
 	stale.UID = "before-it-was-recreated"
-	forbidden := func(name string) interceptor.Funcs {
-		return interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-			if key.Name == name {
-				return errors.New("forbidden")
-			}
-			return c.Get(ctx, key, obj, opts...)
-		}}
-	}
 	for _, tc := range []struct {
 		name     string
-		sessions []*turnlogv1.Session
-		funcs    interceptor.Funcs
+		sessions []namedRecord
+		refuse   string
 		a, b     SessionRef
 		want     int64
 	}{
-		{"a source and its child", tree, interceptor.Funcs{}, sessionRef("source"), sessionRef("child"), 40},
-		{"a child and its source", tree, interceptor.Funcs{}, sessionRef("child"), sessionRef("source"), 40},
-		{"siblings", tree, interceptor.Funcs{}, sessionRef("early"), sessionRef("child"), 11},
-		{"a grandchild and its grandparent", tree, interceptor.Funcs{}, sessionRef("grandchild"), sessionRef("source"), 40},
-		{"three forks down", tree, interceptor.Funcs{}, sessionRef("source"), sessionRef("great-grandchild"), 30},
-		{"a grandchild and its parent's sibling's child", tree, interceptor.Funcs{}, sessionRef("grandchild"), sessionRef("nephew"), 8},
-		{"children of a deleted source", tree, interceptor.Funcs{}, sessionRef("orphan"), sessionRef("orphan-sibling"), 16},
-		{"no lineage in common", tree, interceptor.Funcs{}, sessionRef("child"), sessionRef("unrelated"), -1},
-		{"one Session", tree, interceptor.Funcs{}, sessionRef("child"), sessionRef("child"), -1},
-		{"other namespaces", tree, interceptor.Funcs{}, sessionRef("source"), other, -1},
-		{"a Session not found", tree, interceptor.Funcs{}, sessionRef("source"), sessionRef("missing"), -1},
-		{"a log opened before its Session was recreated", tree, interceptor.Funcs{}, sessionRef("source"), stale, -1},
-		{"a source recreated under its name", []*turnlogv1.Session{tree[0], recreated, tree[3]}, interceptor.Funcs{}, sessionRef("grandchild"), sessionRef("source"), -1},
-		{"a record without the source's uid", []*turnlogv1.Session{tree[0], noUID}, interceptor.Funcs{}, sessionRef("source"), sessionRef("no-uid"), -1},
-		{"a get refused on the way", tree, forbidden("child"), sessionRef("grandchild"), sessionRef("source"), -1},
+		{"a source and its child", tree, "", sessionRef("source"), sessionRef("child"), 40},
+		{"a child and its source", tree, "", sessionRef("child"), sessionRef("source"), 40},
+		{"siblings", tree, "", sessionRef("early"), sessionRef("child"), 11},
+		{"a grandchild and its grandparent", tree, "", sessionRef("grandchild"), sessionRef("source"), 40},
+		{"three forks down", tree, "", sessionRef("source"), sessionRef("great-grandchild"), 30},
+		{"a grandchild and its parent's sibling's child", tree, "", sessionRef("grandchild"), sessionRef("nephew"), 8},
+		{"children of a deleted source", tree, "", sessionRef("orphan"), sessionRef("orphan-sibling"), 16},
+		{"no lineage in common", tree, "", sessionRef("child"), sessionRef("unrelated"), -1},
+		{"one Session", tree, "", sessionRef("child"), sessionRef("child"), -1},
+		{"other namespaces", tree, "", sessionRef("source"), other, -1},
+		{"a Session not found", tree, "", sessionRef("source"), sessionRef("missing"), -1},
+		{"a log opened before its Session was recreated", tree, "", sessionRef("source"), stale, -1},
+		{"a source recreated under its name", []namedRecord{tree[0], recreated, tree[3]}, "", sessionRef("grandchild"), sessionRef("source"), -1},
+		{"a record without the source's uid", []namedRecord{tree[0], noUID}, "", sessionRef("source"), sessionRef("no-uid"), -1},
+		{"a get refused on the way", tree, "child", sessionRef("grandchild"), sessionRef("source"), -1},
 		// The uid of a Session's log is its own: the Session need not be
 		// got unless the walk goes on from it.
-		{"a get refused at the end", tree, forbidden("source"), sessionRef("child"), sessionRef("source"), 40},
+		{"a get refused at the end", tree, "source", sessionRef("child"), sessionRef("source"), 40},
 	} {
-		kube := fakeSessionsWith(t, tc.funcs, deepCopies(tc.sessions)...)
-		if got := SharedThrough(t.Context(), kube, tc.a, tc.b); got != tc.want {
+		if got := SharedThrough(t.Context(), recordsOf(tc.refuse, tc.sessions...), tc.a, tc.b); got != tc.want {
 			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
 		}
 	}
 }
 
-func deepCopies(sessions []*turnlogv1.Session) []*turnlogv1.Session {
-	out := make([]*turnlogv1.Session, len(sessions))
-	for i, s := range sessions {
-		out[i] = s.DeepCopy()
-	}
-	return out
-}
-
 // A lineage is followed maxLineage forks up and no further: a chain one
 // fork longer is not known to share anything.
 func TestSharedThroughIsBounded(t *testing.T) {
-	chain := func(forks int) []*turnlogv1.Session {
-		out := []*turnlogv1.Session{forkedSession("s0", nil)}
+	chain := func(forks int) []namedRecord {
+		out := []namedRecord{forkedSession("s0", nil)}
 		for i := 1; i <= forks; i++ {
 			out = append(out, forkedSession("s"+strconv.Itoa(i), &fork{"s" + strconv.Itoa(i-1), int64(100 - i)}))
 		}
@@ -171,8 +150,7 @@ func TestSharedThroughIsBounded(t *testing.T) {
 		forks int
 		want  int64
 	}{{maxLineage, 100 - maxLineage}, {maxLineage + 1, -1}} {
-		kube := fakeSessions(t, chain(tc.forks)...)
-		if got := SharedThrough(t.Context(), kube, sessionRef("s0"), sessionRef("s"+strconv.Itoa(tc.forks))); got != tc.want {
+		if got := SharedThrough(t.Context(), recordsOf("", chain(tc.forks)...), sessionRef("s0"), sessionRef("s"+strconv.Itoa(tc.forks))); got != tc.want {
 			t.Errorf("%d forks down: %d, want %d", tc.forks, got, tc.want)
 		}
 	}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/turnlog/turnlog/internal/derived"
 	"github.com/turnlog/turnlog/internal/replay"
-	"github.com/turnlog/turnlog/internal/sessionio"
 	"github.com/turnlog/turnlog/internal/sessionlog"
 	"github.com/turnlog/turnlog/internal/store"
 	"github.com/turnlog/turnlog/internal/turnlog"
@@ -120,17 +119,25 @@ func splitAt(data []byte, cut int64) (before, after []byte) {
 	return bytes.Join(lines[:n], nil), bytes.Join(lines[n:], nil)
 }
 
+// write appends data's lines, which start at seq from, as one segment:
+// the appender gives them their seqs again.
 func write(t *testing.T, lg derived.StoreLog, from int64, data []byte) {
 	t.Helper()
 	if len(data) == 0 {
 		return
 	}
-	events, err := sessionio.ReadEvents(bytes.NewReader(data), from)
-	if err != nil {
-		t.Fatal(err)
+	var events [][]byte
+	for i, line := range bytes.Split(bytes.TrimSuffix(data, []byte("\n")), []byte("\n")) {
+		seq := fmt.Appendf(nil, `{"seq":%d,`, from+int64(i))
+		rest, ok := bytes.CutPrefix(line, seq)
+		if !ok {
+			t.Fatalf("line %q does not start with seq %d", line, from+int64(i))
+		}
+		events = append(events, append([]byte("{"), rest...))
 	}
-	if err := sessionio.Write(context.Background(), lg.Log, "", from, events); err != nil {
-		t.Fatal(err)
+	first, err := lg.Log.NewAppender("").Append(context.Background(), events...)
+	if err != nil || first != from {
+		t.Fatalf("append at %d: first %d, %v", from, first, err)
 	}
 }
 

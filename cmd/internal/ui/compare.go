@@ -7,6 +7,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
+	"github.com/turnlog/turnlog/cmd/internal/cmdkit"
 	"github.com/turnlog/turnlog/internal/compare"
 	"github.com/turnlog/turnlog/internal/derived"
 )
@@ -72,7 +73,7 @@ func (s *Server) comparison(w http.ResponseWriter, r *http.Request) {
 		branches[i] = compare.Branch{Name: ns + "/" + name, Log: log}
 		sessions[i] = compare.SessionRef{Namespace: ns, Name: name, UID: log.Location().UID}
 	}
-	same := compare.SharedThrough(ctx, s.opts.Kube, sessions[0], sessions[1])
+	same := compare.SharedThrough(ctx, cmdkit.ForkRecords(s.opts.Kube, sessions[0].Namespace), sessions[0], sessions[1])
 	c, err := compare.CompareFrom(ctx, branches[0], branches[1], same)
 	switch {
 	case errors.Is(err, derived.ErrNotReplayed):
