@@ -129,6 +129,11 @@ func (r *SessionForkReconciler) reconcile(ctx context.Context, req ctrl.Request)
 		r.copies.release(fork.Namespace)
 	}
 	if perr := r.patchStatus(ctx, s); perr != nil {
+		if apierrors.IsConflict(perr) {
+			// The steps ran on a fork the cache was behind on, which may
+			// have ended already: the next reconcile reads it anew.
+			return outcome.Wait(time.Second)
+		}
 		// Whatever the steps found, the fork's status must be written:
 		// the next reconcile finds it again.
 		return outcome.Retry(errors.Join(err, perr))
@@ -532,7 +537,11 @@ func (r *SessionForkReconciler) patchStatus(ctx context.Context, s *forkScope) e
 		Type: turnlogv1.ConditionSucceeded, Status: s.status, Reason: s.outcome.reason,
 		Message: derived.Truncate(s.outcome.message, 1024), ObservedGeneration: gen,
 	})
-	if err := r.Status().Patch(ctx, s.fork, client.MergeFrom(base)); err != nil && !apierrors.IsNotFound(err) {
+	// With the version the steps read: a reconcile that ran on a stale
+	// cache (after a watch broke) must not turn a fork that succeeded
+	// meanwhile back to Forking, which would make it run, and announce
+	// itself, again.
+	if err := r.Status().Patch(ctx, s.fork, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("patch status: %w", err)
 	}
 	return nil
