@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -133,7 +134,7 @@ func (s *Store) collect(ctx context.Context, loc Location, live Liveness) (int, 
 		switch {
 		case k == root+deletedName:
 			continue
-		case pinned && strings.HasPrefix(k, root+pinsDir) && !contains(drop, k):
+		case pinned && strings.HasPrefix(k, root+pinsDir) && !slices.Contains(drop, k):
 			continue
 		case pinned && isOwnSegmentThrough(root, k, keep):
 			continue
@@ -197,15 +198,6 @@ func isOwnSegmentThrough(root, key string, through int64) bool {
 	}
 	first, ok := parseSegmentName(name)
 	return ok && first <= through
-}
-
-func contains(keys []string, k string) bool {
-	for _, x := range keys {
-		if x == k {
-			return true
-		}
-	}
-	return false
 }
 
 // listRootKeys lists every object under root.

@@ -1,7 +1,6 @@
 package sessionlog
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -171,11 +170,6 @@ func (p prefixPlan) references(src Location, cut int64) References {
 	return m
 }
 
-// loc is the referenced log's location beside own, unchecked.
-func (r Reference) loc(own Location) Location {
-	return Location{Prefix: own.Prefix, Namespace: own.Namespace, Session: r.Session, UID: r.UID}
-}
-
 // checkForkDestination: dst holds nothing, or only what this fork writes.
 func (s *Store) checkForkDestination(ctx context.Context, to *Log, m References, tail []tailPiece) error {
 	want := map[string]int64{to.root + pendingName: -1}
@@ -323,10 +317,8 @@ func (s *Store) childManifests(ctx context.Context, loc Location) ([]References,
 		if err != nil {
 			return nil, err
 		}
-		var m References
-		dec := json.NewDecoder(bytes.NewReader(data))
-		dec.DisallowUnknownFields()
-		if dec.Decode(&m) != nil || m.check(loc) != nil {
+		m, err := decodeReferences(key, data, loc)
+		if err != nil {
 			continue // forged or torn: it refers to nothing
 		}
 		out = append(out, m)

@@ -1,6 +1,7 @@
 package sessionlog
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -61,7 +62,7 @@ func (m References) check(own Location) error {
 	}
 	from := int64(0)
 	for i, r := range m.Refs {
-		if _, err := r.location(own); err != nil {
+		if _, err := r.loc(own).Root(); err != nil {
 			return fmt.Errorf("reference %d: %w", i, err)
 		}
 		if r.Session == own.Session && r.UID == own.UID {
@@ -75,13 +76,10 @@ func (m References) check(own Location) error {
 	return nil
 }
 
-// location is where the referenced log is: beside own, in its namespace.
-func (r Reference) location(own Location) (Location, error) {
-	loc := Location{Prefix: own.Prefix, Namespace: own.Namespace, Session: r.Session, UID: r.UID}
-	if _, err := loc.Root(); err != nil {
-		return Location{}, err
-	}
-	return loc, nil
+// loc is where the referenced log is: beside own, in its namespace. A
+// checked manifest's references all have a valid Root.
+func (r Reference) loc(own Location) Location {
+	return Location{Prefix: own.Prefix, Namespace: own.Namespace, Session: r.Session, UID: r.UID}
 }
 
 // end is the seq after the last one the references cover; 0 for none.
@@ -123,13 +121,8 @@ func (l *Log) readReferences(ctx context.Context, key string, size int64) (Refer
 	if err != nil {
 		return References{}, err
 	}
-	dec := json.NewDecoder(strings.NewReader(string(data)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&m); err != nil {
-		return References{}, &DataError{Key: key, Msg: "not a references manifest: " + err.Error()}
-	}
-	if err := m.check(l.loc); err != nil {
-		return References{}, &DataError{Key: key, Msg: "references manifest refused: " + err.Error()}
+	if m, err = decodeReferences(key, data, l.loc); err != nil {
+		return References{}, err
 	}
 	manifestCache.Lock()
 	if len(manifestCache.m) >= manifestCacheEntries {
@@ -137,6 +130,21 @@ func (l *Log) readReferences(ctx context.Context, key string, size int64) (Refer
 	}
 	manifestCache.m[ck] = m
 	manifestCache.Unlock()
+	return m, nil
+}
+
+// decodeReferences decodes and checks the manifest data, stored at key,
+// of the log at own: anything else is a *DataError naming key.
+func decodeReferences(key string, data []byte, own Location) (References, error) {
+	var m References
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&m); err != nil {
+		return References{}, &DataError{Key: key, Msg: "not a references manifest: " + err.Error()}
+	}
+	if err := m.check(own); err != nil {
+		return References{}, &DataError{Key: key, Msg: "references manifest refused: " + err.Error()}
+	}
 	return m, nil
 }
 
@@ -245,8 +253,8 @@ func (l *Log) withReferenced(ctx context.Context, own []segment, refs References
 	var segs []segment
 	from := int64(0)
 	for i, r := range refs.Refs {
-		loc, _ := r.location(l.loc) // checked with the manifest
-		root, _ := loc.Root()
+		loc := r.loc(l.loc)
+		root, _ := loc.Root() // checked with the manifest
 		through := r.Through
 		got, _, err := listRoot(ctx, l.b, root+"log/", func(first int64) bool { return first > through })
 		if err != nil {
