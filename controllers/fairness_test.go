@@ -217,7 +217,7 @@ var _ = Describe("Sharing the manager between namespaces", Ordered, func() {
 		Expect(run).To(BeNumerically(">", 0), "the flood ran no local worker run")
 		Expect(currents[len(currents)-1]).To(BeNumerically("<", currentBound), "append -> Current %v", currents)
 
-		By("team-a learns why it waits: forks queued for a copy slot, runs for a worker slot, Throttled")
+		By("team-a learns why it waits: runs queued for a worker slot, Throttled (forks by reference take no copy slot)")
 		Eventually(func(g Gomega) []string {
 			events := &eventsv1.EventList{}
 			g.Expect(k8sClient.List(ctx, events, client.InNamespace(teamA))).To(Succeed())
@@ -226,7 +226,7 @@ var _ = Describe("Sharing the manager between namespaces", Ordered, func() {
 				reasons = append(reasons, e.Reason)
 			}
 			return reasons
-		}).Should(ContainElements(turnlogv1.EventForkQueued, turnlogv1.EventWorkQueued, turnlogv1.EventThrottled))
+		}).Should(ContainElements(turnlogv1.EventWorkQueued, turnlogv1.EventThrottled))
 
 		By("team-a loses nothing: every fork completes, every child becomes Ready")
 		for i := range forks {

@@ -90,9 +90,10 @@ type forkScope struct {
 	// slots.
 	copySlot bool
 	// seeded is how the child's log was seeded, once it is, and
-	// derivedFrom where its derived data starts.
+	// derivedFrom where its derived data starts, when this reconcile
+	// seeded it.
 	seeded      sessionlog.ForkResult
-	derivedFrom derived.Seeded
+	derivedFrom *derived.Seeded
 }
 
 // errForkFailed marks a terminal failure, already in the fork's status.
@@ -170,8 +171,8 @@ func (r *SessionForkReconciler) runSteps(ctx context.Context, s *forkScope) erro
 	s.outcome = condition{turnlogv1.ReasonForked, fmt.Sprintf("child Session %s holds seq 0..%d of %s, %s", s.child.Name, s.point.CutSeq, s.source.Name, how)}
 	if r.firstAnnouncement(s.fork, turnlogv1.ReasonForked) {
 		r.Recorder.Eventf(s.fork, s.child, "Normal", turnlogv1.EventForked, "Fork",
-			"created Session %s from %s seq 0..%d, %s (atSeq %s, anchor %d, turn %d ended %s)",
-			s.child.Name, s.source.Name, s.point.CutSeq, how, s.fork.Spec.AtSeq, s.point.AnchorSeq, s.point.CutTurn, s.point.CutReason)
+			"created Session %s from %s seq 0..%d, %s%s (atSeq %s, anchor %d, turn %d ended %s)",
+			s.child.Name, s.source.Name, s.point.CutSeq, how, derivedWords(s.derivedFrom), s.fork.Spec.AtSeq, s.point.AnchorSeq, s.point.CutTurn, s.point.CutReason)
 	}
 	return nil
 }
@@ -249,10 +250,13 @@ func (r *SessionForkReconciler) reconcileSource(ctx context.Context, s *forkScop
 
 // reconcileCut finds the cut in the source's log, reading only the prefix
 // it keeps. A child that exists already records the cut it was made with.
-// Reading the source and copying it is the expensive part of a fork, so it
-// waits for a copy slot.
+// A manager that copies every fork's prefix (--fork-prefix=copy) waits for
+// a copy slot first: copying is the expensive part of such a fork. A fork
+// by reference writes a few small objects whatever the history's length,
+// and takes none (the rare fork that falls back to copying, past a
+// deleted Session, copies without one).
 func (r *SessionForkReconciler) reconcileCut(ctx context.Context, s *forkScope) error {
-	if !r.acquireCopySlot(s) {
+	if r.CopyPrefixes && !r.acquireCopySlot(s) {
 		return nil
 	}
 	if s.child != nil {
@@ -428,6 +432,13 @@ func (r *SessionForkReconciler) reconcileCopy(ctx context.Context, s *forkScope)
 	if err != nil {
 		return s.storeError(ctx, name, fmt.Sprintf("forking seq 0..%d of %s into %s", s.point.CutSeq, src, dst), err)
 	}
+	if res.CopiedBecause != "" && s.derivedFrom != nil && s.derivedFrom.SharedParts > 0 {
+		// No pin keeps the parts the transcript was to share: the
+		// child replays its prefix instead.
+		if err := r.forgetSharedTranscript(ctx, logs, dst, s); err != nil {
+			return s.storeError(ctx, name, "resetting the child's transcript", err)
+		}
+	}
 	s.seeded = res
 	if err := sessionio.Nudge(ctx, r.Client, client.ObjectKeyFromObject(s.child), nil); err != nil {
 		return s.transientError(err)
@@ -468,12 +479,35 @@ func (r *SessionForkReconciler) seedDerived(ctx context.Context, logs *sessionlo
 	if err != nil {
 		return
 	}
+	// The child may share the transcript parts of the Sessions its pins
+	// will keep; with --fork-prefix=copy it copies them too.
+	var pinned sessionlog.References
+	if !r.CopyPrefixes {
+		if pinned, err = logs.ForkReferences(ctx, src, s.point.CutSeq); err != nil {
+			ctrl.LoggerFrom(ctx).V(1).Info("the child's derived data starts from its log", "reason", err.Error())
+			return
+		}
+	}
 	target := sessionio.Target(s.child.Spec.Adapter)
-	seeded, err := derived.SeedFork(ctx, derived.StoreLog{Log: from}, derived.StoreLog{Log: to}, s.point.CutSeq, target, !target.DropsRefused())
+	seeded, err := derived.SeedFork(ctx, derived.StoreLog{Log: from}, derived.StoreLog{Log: to}, s.point.CutSeq, target, !target.DropsRefused(), pinned.Names)
 	if err != nil {
 		ctrl.LoggerFrom(ctx).V(1).Info("the child's derived data starts from its log", "reason", err.Error())
 	}
-	s.derivedFrom = seeded
+	s.derivedFrom = &seeded
+}
+
+// forgetSharedTranscript deletes the child's seeded transcript
+// checkpoint, whose shared parts no pin keeps.
+func (r *SessionForkReconciler) forgetSharedTranscript(ctx context.Context, logs *sessionlog.Store, dst sessionlog.Location, s *forkScope) error {
+	to, err := logs.Log(dst)
+	if err != nil {
+		return err
+	}
+	if err := to.DeleteDerived(ctx, derived.ReplayCheckpointName(sessionio.Target(s.child.Spec.Adapter))); err != nil {
+		return err
+	}
+	s.derivedFrom.Transcript, s.derivedFrom.SharedParts = -1, 0
+	return nil
 }
 
 // childReferences is how many of the child's first seqs it refers to.
@@ -499,6 +533,23 @@ func seedingWords(res sessionlog.ForkResult) (prefix, how string) {
 		return turnlogv1.PrefixReferenced, "the one segment holding them written again, cut"
 	}
 	return turnlogv1.PrefixReferenced, fmt.Sprintf("referring to the source's seq 0..%d", res.Referenced-1)
+}
+
+// derivedWords say where the child's derived data starts, when this
+// reconcile seeded it: what its first runs still fold, and what of the
+// source's transcript it shares.
+func derivedWords(d *derived.Seeded) string {
+	if d == nil || d.Assembly < 0 && d.Transcript < 0 {
+		return ""
+	}
+	words := "; its derived data starts from the source's"
+	if d.Assembly >= 0 {
+		words += fmt.Sprintf(", assembly at seq %d", d.Assembly)
+	}
+	if d.Transcript >= 0 {
+		words += fmt.Sprintf(", transcript at seq %d (%d parts shared, %d copied)", d.Transcript, d.SharedParts, d.CopiedParts)
+	}
+	return words
 }
 
 // childSeeded reports whether the child's log already reaches the cut.

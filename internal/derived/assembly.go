@@ -24,6 +24,20 @@ type AssemblyState struct {
 	Next           int64           `json:"next"`
 	CommittedTurns int64           `json:"committedTurns"`
 	SessionAdapter turnlog.Adapter `json:"sessionAdapter"`
+	// Prefix counts the events before Next as a comparison of two
+	// branches counts their shared prefix (internal/compare), which then
+	// need not read them. nil in a checkpoint of a run that did not count
+	// them from the log's start.
+	Prefix *PrefixCounts `json:"prefix,omitempty"`
+}
+
+// PrefixCounts are counts of a log's events through a turn/end.
+type PrefixCounts struct {
+	// FirstTurn is the number of the first turn that ended; 0 before one
+	// did.
+	FirstTurn int64 `json:"firstTurn,omitempty"`
+	// Messages counts their messages as assembler.MessageCount does.
+	Messages int64 `json:"messages"`
 }
 
 func (s AssemblyState) at() (Summary, int64) { return s.Summary, s.Next }
@@ -33,12 +47,43 @@ func (s AssemblyState) withSummary(sum Summary) AssemblyState {
 	return s
 }
 
-func (AssemblyState) check() error { return nil }
+func (s AssemblyState) check() error {
+	if p := s.Prefix; p != nil && (p.Messages < 0 || p.FirstTurn < 0) {
+		return fmt.Errorf("prefix counts of %d messages from turn %d", p.Messages, p.FirstTurn)
+	}
+	return nil
+}
 
 func (s AssemblyState) usable(head int64) bool { return fits(s.Summary, s.Next, head) }
 
 // parts: the assembly checkpoint lists none, and a run deletes no segment.
 func (AssemblyState) parts() []PartRef { return nil }
+
+// assemblyHistoryEvery: the state is kept each time assembly passes a
+// multiple of this many events, so that a fork's child folds at most
+// about as many before it is Current. A kept state is a few hundred bytes.
+const assemblyHistoryEvery = 2048
+
+// history keeps the state as it was at its last turn/end, where a child
+// cut there or later can resume.
+func (s AssemblyState) history(prevNext int64) (AssemblyState, bool) {
+	if s.Next/assemblyHistoryEvery <= max(prevNext, 0)/assemblyHistoryEvery {
+		return s, false
+	}
+	s.Summary.ScannedThrough = s.Summary.ThroughSeq
+	s.Summary.Turns = s.CommittedTurns
+	s.Summary.New, s.Summary.NewTotal = nil, 0
+	return s, true
+}
+
+// LoadAssemblyAt returns the last assembly state log has at or before
+// seq: its checkpoint's, or one it kept along its history (HistoryDir),
+// at most about assemblyHistoryEvery events before seq. found is false
+// when there is none.
+func LoadAssemblyAt(ctx context.Context, log StoreLog, seq int64) (state AssemblyState, found bool, err error) {
+	_, found, err = lastCheckpoint(ctx, log, AssemblyCheckpointName, AssemblyDir, seq, &state, nil)
+	return state, found, err
+}
 
 // AssemblyCheckpoint is an assembly run's checkpoint.
 type AssemblyCheckpoint struct {
@@ -48,7 +93,7 @@ type AssemblyCheckpoint struct {
 // OpenAssembly opens the assembly checkpoint of log.
 func OpenAssembly(ctx context.Context, log Log) (*AssemblyCheckpoint, error) {
 	fresh := func() AssemblyState {
-		return AssemblyState{Summary: Summary{Task: TaskAssemble, ThroughSeq: -1, ScannedThrough: -1}}
+		return AssemblyState{Summary: Summary{Task: TaskAssemble, ThroughSeq: -1, ScannedThrough: -1}, Prefix: &PrefixCounts{}}
 	}
 	c, err := open(ctx, log, AssemblyCheckpointName, AssemblyDir, fresh, false)
 	if err != nil {

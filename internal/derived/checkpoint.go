@@ -30,6 +30,10 @@ type state[S any] interface {
 	usable(head int64) bool
 	// parts are the parts the state lists.
 	parts() []PartRef
+	// history is the state to keep as a history checkpoint (HistoryDir),
+	// if this one, committed after one that ended at prevNext, is to be
+	// kept.
+	history(prevNext int64) (S, bool)
 }
 
 // Checkpoint is a worker run's checkpoint as far as the run has got.
@@ -99,10 +103,26 @@ func (c *Checkpoint[S]) Commit(ctx context.Context) error {
 	if err := storeJSON(ctx, c.log, c.name, c.State); err != nil {
 		return err
 	}
+	if h, ok := c.State.history(c.From); ok {
+		_, next := h.at()
+		// Only ever a head start for a fork: one not stored is not an
+		// error of the run's.
+		_ = storeJSON(ctx, c.log, historyName(c.dir, next), h)
+	}
 	deleteUnlisted(ctx, c.log, c.dir, c.listed, c.State.parts())
 	c.listed = c.State.parts()
 	_, c.From = c.State.at()
 	return nil
+}
+
+// HistoryDir holds, under a kind's directory, the checkpoints its runs
+// kept along the Session's history, each named by its Next: where a
+// fork's child cut in the middle of the history starts from (SeedFork).
+// They are never written over and go with the Session.
+const HistoryDir = "history"
+
+func historyName(dir string, next int64) string {
+	return fmt.Sprintf("%s/%s/%020d.json", dir, HistoryDir, next)
 }
 
 // maxCheckpointBytes caps a checkpoint read. A real one is a few KiB (its

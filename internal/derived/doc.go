@@ -79,4 +79,9 @@ type Log interface {
 	// DeleteDerived removes a derived object; removing one that is absent
 	// is not an error.
 	DeleteDerived(ctx context.Context, name string) error
+	// Beside is the log of the Session session, uid uid, in the same
+	// namespace and store: where the transcript parts a fork's child
+	// shares with its source are read. A name that cannot be a Session's
+	// is an error.
+	Beside(session, uid string) (Log, error)
 }

@@ -29,10 +29,12 @@ import (
 // proof against them (docs/security.md).
 
 // MaxPartBytes caps the messages of one part: a run splits a bigger
-// transcript into several parts, and merging stops at it. Parts of a few
-// MiB keep every part far under sessionlog's cap on a derived object and
-// let a reader fetch a big transcript several parts at once.
-const MaxPartBytes = 2 << 20
+// transcript into several parts, and merging stops at it. Parts of a MiB
+// keep every part far under sessionlog's cap on a derived object, let a
+// reader fetch a big transcript several parts at once, and bound what a
+// fork's child copies of its source's transcript: the parts after the
+// last sealed one, which are at most about MaxPartBytes (SeedFork).
+const MaxPartBytes = 1 << 20
 
 // maxMessageLine is the largest message a part may hold: what a reader
 // accepts of a derived object, less room for the part's header.
@@ -41,7 +43,7 @@ const maxMessageLine = sessionlog.MaxDerivedBytes - 1<<20
 // maxParts caps how many parts a checkpoint lists, which keeps it under
 // the 64 KiB a checkpoint may have. Merging leaves parts of more than half
 // of MaxPartBytes (two that fit together are merged) plus log2 of the
-// rest, so this bounds a stored transcript to 0.8-1.6 GB, far beyond what
+// rest, so this bounds a stored transcript to 0.4-0.8 GB, far beyond what
 // a model takes as context. A run that would list more fails, naming the
 // bound.
 const maxParts = 800
@@ -56,13 +58,64 @@ type PartRef struct {
 	Bytes int64 `json:"bytes"`
 	// CRC32C is the CRC-32C (Castagnoli) of the whole stored object.
 	CRC32C uint32 `json:"crc32c"`
+	// Epoch is the ReplayState.Epoch the part was written in: 0 until a
+	// compaction or an edit rewrote the transcript, so that a rewritten
+	// part never takes the name of one a fork's child may still read.
+	Epoch int64 `json:"epoch,omitempty"`
+	// Session and UID name the Session whose derived data holds the part,
+	// in the log's namespace, when that is not the log's own: a part a
+	// fork's child shares with its source (SeedFork). Such a part is
+	// final, never merged again, and its holder deletes it only with its
+	// Session, when no child's pin keeps it.
+	Session string `json:"session,omitempty"`
+	UID     string `json:"uid,omitempty"`
 }
+
+// shared reports whether the part is another Session's.
+func (r PartRef) shared() bool { return r.Session != "" || r.UID != "" }
+
+// id tells the part apart from every other of any Session's transcript
+// for the same target.
+func (r PartRef) id(dir string) string { return r.Session + "/" + r.UID + "/" + r.Name(dir) }
+
+// holder is the log whose derived data holds the part.
+func (r PartRef) holder(log Log) (Log, error) {
+	if !r.shared() {
+		return log, nil
+	}
+	h, err := log.Beside(r.Session, r.UID)
+	if err != nil {
+		return nil, fmt.Errorf("%w: transcript part %s of Session %q (uid %q): %w", ErrUnusable, r.Name(""), r.Session, r.UID, err)
+	}
+	return h, nil
+}
+
+// sealed reports whether the part can never be merged again: two parts
+// merge only when the first is no bigger than the second and both fit in
+// MaxPartBytes, which a part of more than half of it never does. Every
+// part before a sealed one is final too: the merges that extendParts
+// makes at the tail never reach past a sealed part.
+func (r PartRef) sealed() bool { return 2*r.Bytes > MaxPartBytes }
 
 // Name is the part's object name: its message range, so a merged part
 // never overwrites one that a reader holding an older checkpoint may still
 // be reading.
 func (r PartRef) Name(dir string) string {
+	if r.Epoch != 0 {
+		return fmt.Sprintf("%s/%020d-%020d.e%d.jsonl", dir, r.Start, r.Start+r.Count, r.Epoch)
+	}
 	return fmt.Sprintf("%s/%020d-%020d.jsonl", dir, r.Start, r.Start+r.Count)
+}
+
+// finalParts is how many of refs' first parts are final: through the
+// last sealed one.
+func finalParts(refs []PartRef) int {
+	for i := len(refs) - 1; i >= 0; i-- {
+		if refs[i].sealed() {
+			return i + 1
+		}
+	}
+	return 0
 }
 
 // checkParts reports whether refs can be a transcript's chain of parts:
@@ -75,6 +128,12 @@ func checkParts(refs []PartRef) error {
 	for i, r := range refs {
 		if r.Start != next || r.Count <= 0 || r.Bytes < r.Count {
 			return fmt.Errorf("transcript part %d (start %d, count %d, bytes %d) does not follow the one before it, which ends at message %d", i, r.Start, r.Count, r.Bytes, next)
+		}
+		if r.Epoch < 0 {
+			return fmt.Errorf("transcript part %d has epoch %d", i, r.Epoch)
+		}
+		if (r.Session == "") != (r.UID == "") {
+			return fmt.Errorf("transcript part %d names Session %q with uid %q: both or neither", i, r.Session, r.UID)
 		}
 		next = r.Start + r.Count
 	}
@@ -348,6 +407,9 @@ func extendParts(ctx context.Context, log Log, dir string, stored []PartRef, msg
 		if x.ref.Bytes > y.ref.Bytes || x.ref.Bytes+y.ref.Bytes > MaxPartBytes {
 			break
 		}
+		if x.ref.shared() || y.ref.shared() {
+			break // final: the source never merges it either
+		}
 		if x.part == nil {
 			name := x.ref.Name(dir)
 			data, err := log.GetDerived(ctx, name, 0)
@@ -371,19 +433,54 @@ func extendParts(ctx context.Context, log Log, dir string, stored []PartRef, msg
 	return chain, nil
 }
 
-// deleteUnlisted deletes the parts the previous checkpoint listed and the
-// new one does not. A part that cannot be deleted is left: nothing reads
-// an unlisted part, and deleting the Session removes it.
+// deleteUnlisted deletes the log's own parts that the previous checkpoint
+// listed and the new one does not; another Session's are its own to
+// delete. A final part goes only when no fork's child may share it: a
+// transcript rewritten (a compaction, an edit) drops its final parts, and
+// a Session that children refer to keeps them until it is deleted. A part
+// that cannot be deleted is left: nothing reads an unlisted part, and
+// deleting the Session removes it.
 func deleteUnlisted(ctx context.Context, log Log, dir string, before, after []PartRef) {
 	listed := make(map[string]bool, len(after))
 	for _, r := range after {
-		listed[r.Name(dir)] = true
+		listed[r.id(dir)] = true
 	}
-	for _, r := range before {
-		if name := r.Name(dir); !listed[name] {
-			_ = log.DeleteDerived(ctx, name)
+	final, keepFinal := finalParts(before), -1 // -1: not asked yet
+	for i, r := range before {
+		if r.shared() || listed[r.id(dir)] {
+			continue
 		}
+		if i < final {
+			if keepFinal < 0 {
+				keepFinal = 0
+				if isReferred(ctx, log) {
+					keepFinal = 1
+				}
+			}
+			if keepFinal == 1 {
+				continue
+			}
+		}
+		_ = log.DeleteDerived(ctx, r.Name(dir))
 	}
+}
+
+// ReferredLog is a Log that can tell whether forks' children refer to it.
+type ReferredLog interface {
+	// Referred reports whether any fork's child may share its data.
+	Referred(ctx context.Context) (bool, error)
+}
+
+// isReferred: a log that fails to tell is taken as referred to, which
+// costs at most the parts it keeps until its Session is deleted; one that
+// cannot tell has no other Session beside it (Log.Beside).
+func isReferred(ctx context.Context, log Log) bool {
+	r, ok := log.(ReferredLog)
+	if !ok {
+		return false
+	}
+	referred, err := r.Referred(ctx)
+	return referred || err != nil
 }
 
 // AppendParts stores msgs, with the diagnostics diags of their messages,
@@ -398,6 +495,7 @@ func (c *ReplayCheckpoint) AppendParts(ctx context.Context, msgs []replay.Messag
 	refs := make([]PartRef, 0, len(chain))
 	for _, l := range chain {
 		if l.part != nil {
+			l.ref.Epoch = c.State.Epoch
 			data, err := l.part.encode()
 			if err != nil {
 				return err

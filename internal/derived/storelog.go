@@ -63,3 +63,22 @@ func (s StoreLog) CopyDerivedFrom(ctx context.Context, src StoreLog, name string
 	}
 	return err
 }
+
+// Beside is the log of the Session session, uid uid, beside this one.
+func (s StoreLog) Beside(session, uid string) (Log, error) {
+	l, err := s.Log.Beside(session, uid)
+	if err != nil {
+		return nil, err
+	}
+	return StoreLog{Log: l}, nil
+}
+
+// ListDerived returns the names of the derived objects under dir.
+func (s StoreLog) ListDerived(ctx context.Context, dir string) ([]string, error) {
+	return s.Log.ListDerived(ctx, dir)
+}
+
+// Referred reports whether a fork's child has pinned the log.
+func (s StoreLog) Referred(ctx context.Context) (bool, error) {
+	return s.Log.Pinned(ctx)
+}

@@ -60,6 +60,10 @@ type ReplayState struct {
 	Context *replay.ContextState `json:"context,omitempty"`
 	// Parts are the stored parts of the transcript, in order.
 	Parts []PartRef `json:"parts,omitempty"`
+	// Epoch is the Next of the run's pass that last rewrote the whole
+	// transcript (a compaction, an edit), 0 for none: the parts written
+	// since carry it in their names (PartRef.Epoch).
+	Epoch int64 `json:"epoch,omitempty"`
 }
 
 func (s ReplayState) at() (Summary, int64) { return s.Summary, s.Next }
@@ -86,6 +90,17 @@ func (s ReplayState) usable(head int64) bool {
 }
 
 func (s ReplayState) parts() []PartRef { return s.Parts }
+
+// history: a state whose parts are all final (its last part sealed) is
+// kept, so that a fork cut after it starts from it and shares its parts
+// (SeedFork): no later run of the Session's deletes them.
+func (s ReplayState) history(int64) (ReplayState, bool) {
+	if len(s.Parts) == 0 || finalParts(s.Parts) != len(s.Parts) {
+		return s, false
+	}
+	s.Summary.New, s.Summary.NewTotal = nil, 0
+	return s, true
+}
 
 // ReplayCheckpoint is a replay run's checkpoint: where replay for one
 // target got to and the parts of its transcript.
@@ -167,7 +182,11 @@ func readParts(ctx context.Context, log Log, dir string, refs []PartRef) ([]*par
 	for i, ref := range refs {
 		g.Go(func() error {
 			name := ref.Name(dir)
-			data, err := log.GetDerived(gctx, name, 0)
+			holder, err := ref.holder(log)
+			if err != nil {
+				return err
+			}
+			data, err := holder.GetDerived(gctx, name, 0)
 			if err != nil {
 				return fmt.Errorf("read %s: %w", name, err)
 			}

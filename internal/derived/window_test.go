@@ -43,6 +43,10 @@ func (o *objects) DeleteDerived(_ context.Context, name string) error {
 	return nil
 }
 
+func (o *objects) Beside(session, uid string) (Log, error) {
+	return nil, fmt.Errorf("no Session %s (uid %s) here", session, uid)
+}
+
 func message(seq int64, role, origin string, size int) replay.Message {
 	body, _ := json.Marshal(map[string]string{"role": role, "text": strings.Repeat("x", size)})
 	return replay.Message{Seq: seq, Role: role, Origin: origin, Message: body}

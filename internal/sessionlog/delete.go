@@ -89,7 +89,7 @@ func (s *Store) Delete(ctx context.Context, loc Location, live Liveness) (int, e
 
 // collect deletes what is left of the deleted log at loc but for what its
 // children's pins keep: the segments through the last seq a child refers
-// to. A root not marked deleted, or whose Session live says is alive, is
+// to, and the transcript parts a child may share. A root not marked deleted, or whose Session live says is alive, is
 // left alone. A pin that no child's manifest backs (forged, or left by a
 // fork that did not finish) keeps nothing and is removed.
 func (s *Store) collect(ctx context.Context, loc Location, live Liveness) (int, error) {
@@ -137,6 +137,8 @@ func (s *Store) collect(ctx context.Context, loc Location, live Liveness) (int, 
 		case pinned && strings.HasPrefix(k, root+pinsDir) && !slices.Contains(drop, k):
 			continue
 		case pinned && isOwnSegmentThrough(root, k, keep):
+			continue
+		case pinned && isTranscriptPart(root, k):
 			continue
 		}
 		drop = append(drop, k)
@@ -198,6 +200,16 @@ func isOwnSegmentThrough(root, key string, through int64) bool {
 	}
 	first, ok := parseSegmentName(name)
 	return ok && first <= through
+}
+
+// isTranscriptPart: key is a part of one of root's stored transcripts,
+// which a child may share (internal/derived, PartRef). A deleted root
+// keeps them all while it is pinned: which ones a child lists changes
+// with every run of the child's, and they are the source's derived data,
+// a fraction of its log.
+func isTranscriptPart(root, key string) bool {
+	name, ok := strings.CutPrefix(key, root+"derived/transcript/")
+	return ok && strings.HasSuffix(name, ".jsonl")
 }
 
 // listRootKeys lists every object under root.

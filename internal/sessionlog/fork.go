@@ -139,6 +139,22 @@ func (s *Store) Fork(ctx context.Context, src, dst Location, cut int64, live Liv
 	return res, nil
 }
 
+// ForkReferences returns the manifest a Fork of src through seq cut would
+// write for its child, without writing anything: what the child's pins
+// will keep (none when the cut falls in the log's first segment, or the
+// fork copies).
+func (s *Store) ForkReferences(ctx context.Context, src Location, cut int64) (References, error) {
+	from, err := s.Log(src)
+	if err != nil {
+		return References{}, err
+	}
+	plan, err := from.planPrefix(ctx, cut)
+	if err != nil {
+		return References{}, fmt.Errorf("plan a fork of %s through seq %d: %w", src, cut, err)
+	}
+	return plan.references(src, cut), nil
+}
+
 // forkByCopy copies the prefix, saying why.
 func (s *Store) forkByCopy(ctx context.Context, src, dst Location, cut int64, why string) (ForkResult, error) {
 	if err := s.CopyPrefix(ctx, src, dst, cut); err != nil {

@@ -76,6 +76,17 @@ func (m References) check(own Location) error {
 	return nil
 }
 
+// Names reports whether the manifest refers to the Session session, uid
+// uid.
+func (m References) Names(session, uid string) bool {
+	for _, r := range m.Refs {
+		if r.Session == session && r.UID == uid {
+			return true
+		}
+	}
+	return false
+}
+
 // loc is where the referenced log is: beside own, in its namespace. A
 // checked manifest's references all have a valid Root.
 func (r Reference) loc(own Location) Location {

@@ -234,6 +234,51 @@ func (l *Log) CopyDerivedFrom(ctx context.Context, src *Log, name string) error 
 	return nil
 }
 
+// Beside returns the log of the Session session, uid uid, of l's
+// namespace and store: where a fork's child reads the derived data it
+// shares with its source (docs/log-format.md, "Forks by reference"). The
+// names come from derived data anyone who can write the bucket can forge,
+// so a name that is not a Session's is an error, and the log can never be
+// outside l's namespace.
+func (l *Log) Beside(session, uid string) (*Log, error) {
+	loc := Location{Prefix: l.loc.Prefix, Namespace: l.loc.Namespace, Session: session, UID: uid}
+	root, err := loc.Root()
+	if err != nil {
+		return nil, err
+	}
+	return &Log{b: l.b, loc: loc, root: root}, nil
+}
+
+// ListDerived returns the names of the derived objects under dir (a
+// relative '/'-separated path), in key order.
+func (l *Log) ListDerived(ctx context.Context, dir string) ([]string, error) {
+	prefix, err := l.derivedKey(strings.TrimSuffix(dir, "/"))
+	if err != nil {
+		return nil, err
+	}
+	prefix += "/"
+	var names []string
+	for o, err := range l.b.List(ctx, prefix) {
+		if err != nil {
+			return nil, fmt.Errorf("list derived %q of %s: %w", dir, l.loc, err)
+		}
+		names = append(names, strings.TrimPrefix(o.Key, l.root+"derived/"))
+	}
+	return names, nil
+}
+
+// Pinned reports whether a fork's child has pinned the log: whether
+// another Session may refer to its segments and share its derived data.
+func (l *Log) Pinned(ctx context.Context) (bool, error) {
+	for _, err := range l.b.List(ctx, l.root+pinsDir) {
+		if err != nil {
+			return false, fmt.Errorf("list the pins of %s: %w", l.loc, err)
+		}
+		return true, nil
+	}
+	return false, nil
+}
+
 func (l *Log) derivedKey(name string) (string, error) {
 	if err := store.ValidateKey(name); err != nil {
 		return "", fmt.Errorf("derived data name: %w", err)

@@ -71,6 +71,9 @@ type assemblyRun struct {
 	openTurn        bool
 	read            int
 	trace           *turnTrace
+	// counting counts the messages of the events since the last
+	// turn/end, for the state's Prefix.
+	counting assembler.MessageCount
 }
 
 // emptyResult is a Result that encodes its lists as [], not null.
@@ -82,6 +85,7 @@ func emptyResult() assembler.Result {
 func (r *assemblyRun) take(e *turnlog.Event) error {
 	r.ck.Summary.ScannedThrough = e.Seq
 	r.read += len(e.Raw)
+	r.counting.Add(e)
 	r.trace.add(e)
 	out := r.a.Add(e)
 	if out.Message != nil {
@@ -109,6 +113,13 @@ func (r *assemblyRun) endTurn(e *turnlog.Event) error {
 	r.openTurn = false
 	state.CommittedTurns++
 	state.Next = e.Seq + 1
+	if p := state.Prefix; p != nil {
+		if p.FirstTurn == 0 {
+			p.FirstTurn = e.Turn
+		}
+		p.Messages += r.counting.Total()
+	}
+	r.counting = assembler.MessageCount{}
 	sum.ThroughSeq = e.Seq
 	sum.LastTurnEnd = &derived.TurnEnd{Seq: e.Seq, Turn: e.Turn, Reason: end.Reason}
 	r.committed.Messages = append(r.committed.Messages, r.open.Messages...)

@@ -96,7 +96,7 @@ func BenchmarkContextEdit(b *testing.B) {
 
 // appendLines appends log lines, their seqs taken off: the log numbers
 // what it is given.
-func appendLines(b *testing.B, lg *sessionlog.Log, lines [][]byte) {
+func appendLines(b testing.TB, lg *sessionlog.Log, lines [][]byte) {
 	a := lg.NewAppender("bench")
 	var events [][]byte
 	for _, l := range lines {

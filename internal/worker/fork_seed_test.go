@@ -69,7 +69,11 @@ func TestForkChildStartsFromItsSourcesDerivedData(t *testing.T) {
 		}
 		runBoth(t, src, target, name)
 		dst := storeLog(t, logs, fmt.Sprint("child-", i))
-		got, err := derived.SeedFork(ctx, src, dst, cut, target, true)
+		pinned, err := logs.ForkReferences(ctx, src.Log.Location(), cut)
+		if err != nil {
+			t.Fatalf("%s: plan: %v", name, err)
+		}
+		got, err := derived.SeedFork(ctx, src, dst, cut, target, true, pinned.Names)
 		if err != nil {
 			t.Fatalf("%s: seed: %v", name, err)
 		}

@@ -223,8 +223,10 @@ func (r *replayRunner) commit(p *replayPass) error {
 	r.foldCounts(p, res)
 	partDiags := p.diags
 	if res.Rebuilt {
-		// The whole transcript, in new parts that replace the stored ones.
+		// The whole transcript, in new parts that replace the stored ones,
+		// under new names: a fork's child may still read the old ones.
 		ck.State.Parts, partDiags = nil, slices.Concat(p.priorDiags, p.diags)
+		ck.State.Epoch = ck.State.Next
 	}
 	if err := ck.AppendParts(r.ctx, res.Messages, partDiags); err != nil {
 		return err
@@ -275,11 +277,14 @@ func (r *replayRunner) foldCounts(p *replayPass, res replay.Result) {
 // A replay pass takes in at most about this many events, or bytes of
 // them, before it stores what it built (at the next point where no turn is
 // open): the builder's messages cost several times the bytes of the
-// events they come from, most of all for many small ones. Variables, so
-// that tests can make every run several passes.
+// events they come from, most of all for many small ones. A pass of a few
+// MiB of events stores about a part's worth of messages, so a run that
+// catches up with a long log seals parts, and keeps checkpoints (derived
+// HistoryDir), every few thousand events: where a fork cut in the middle
+// starts. Variables, so that tests can make every run several passes.
 var (
 	passEvents = 20_000
-	passBytes  = 16 << 20
+	passBytes  = 4 << 20
 )
 
 // defaultAdapter fills the fields target leaves empty from the session's

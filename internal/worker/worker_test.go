@@ -82,6 +82,11 @@ func (l *memLog) PutDerived(_ context.Context, name string, data []byte) error {
 	return nil
 }
 
+// Beside: a memLog is alone; forks' shared parts are tested on a store.
+func (l *memLog) Beside(session, uid string) (derived.Log, error) {
+	return nil, fmt.Errorf("no Session %s (uid %s) beside an in-memory log", session, uid)
+}
+
 func testLog(t *testing.T, name string) []byte {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join("..", "..", "testdata", "logs", name))

@@ -1,7 +1,8 @@
 // Reads the transcript turnlog's workers stored for a Session
 // (docs/log-format.md, "Storage layout"): derived/transcript/<target>/
-// checkpoint.json and the parts it lists, each checked against its CRC-32C
-// and header, then the synthetic results of the tool calls still open.
+// checkpoint.json and the parts it lists (a forked Session's first ones
+// may be its source's, shared), each checked against its CRC-32C and
+// header, then the synthetic results of the tool calls still open.
 import { createHash } from "node:crypto";
 import type { Store } from "./store.ts";
 
@@ -46,6 +47,34 @@ interface PartRef {
 	count: number;
 	bytes: number;
 	crc32c: number;
+	/** The transcript's rewrite the part was written in; none before the first. */
+	epoch?: number;
+	/** The Session, of the log's namespace, whose derived data holds a part a fork's child shares. */
+	session?: string;
+	uid?: string;
+}
+
+/**
+ * partKey is where a part is: under the checkpoint's own root, or, for a
+ * part a fork's child shares with its source, under the root of the
+ * Session that holds it, beside the log's own in its prefix and namespace.
+ */
+function partKey(root: string, dir: string, ref: PartRef, i: number, checkpoint: string): string {
+	const range = `${String(ref.start).padStart(20, "0")}-${String(ref.start + ref.count).padStart(20, "0")}`;
+	const epoch = ref.epoch ?? 0;
+	if (!Number.isSafeInteger(epoch) || epoch < 0) throw new Error(`read ${checkpoint}: parts[${i}].epoch: ${JSON.stringify(ref.epoch)}: want a non-negative integer`);
+	const name = epoch ? `${range}.e${epoch}.jsonl` : `${range}.jsonl`;
+	if (ref.session === undefined && ref.uid === undefined) return `${dir}${name}`;
+	for (const field of ["session", "uid"] as const) {
+		const v = ref[field];
+		if (typeof v !== "string" || v === "" || v === "." || v === ".." || v.includes("/")) {
+			throw new Error(`read ${checkpoint}: parts[${i}].${field}: ${JSON.stringify(v) ?? "missing"}: want a non-empty name without '/'`);
+		}
+	}
+	// The root is [prefix/]namespace/session/uid/: the holder's replaces
+	// the last two, and stays in the log's prefix and namespace.
+	const base = root.replace(/\/+$/, "").split("/").slice(0, -2).join("/");
+	return `${dir.replace(root, `${base}/${ref.session}/${ref.uid}/`)}${name}`;
 }
 
 export async function loadTranscript(store: Store, root: string, target: Target): Promise<StoredTranscript> {
@@ -64,8 +93,8 @@ export async function loadTranscript(store: Store, root: string, target: Target)
 	const refs: PartRef[] = cp.parts ?? [];
 	const messages: StoredMessage[] = [];
 	let expect = 0;
-	for (const ref of refs) {
-		const key = `${dir}${String(ref.start).padStart(20, "0")}-${String(ref.start + ref.count).padStart(20, "0")}.jsonl`;
+	for (const [i, ref] of refs.entries()) {
+		const key = partKey(root, dir, ref, i, name);
 		if (ref.start !== expect) throw new Error(`read ${name}: part ${key} does not follow the one before it`);
 		expect = ref.start + ref.count;
 		const data = await store.getBytes(key);
