@@ -26,7 +26,18 @@ type (
 	TranscriptWindow = derived.TranscriptWindow
 	// WindowMessage is a transcript message and its index.
 	WindowMessage = derived.WindowMessage
+	// AssemblyState is where the assembly workers got to in a log, with
+	// counts of the events before it.
+	AssemblyState = derived.AssemblyState
 )
+
+// AssemblyAt returns the last state the assembly workers kept at or before
+// seq (a few thousand events before it at most): what a comparison of two
+// branches starts counting their shared prefix from. found is false when
+// there is none.
+func (l *Log) AssemblyAt(ctx context.Context, seq int64) (state AssemblyState, found bool, err error) {
+	return derived.LoadAssemblyAt(ctx, derived.StoreLog{Log: l.log}, seq)
+}
 
 // LastTurns yields the events of the n turns that start last before seq
 // before (math.MaxInt64: the log's last n turns), and the events between

@@ -62,10 +62,12 @@ func (r countedReader) Read(p []byte) (int, error) {
 
 // BenchmarkCompareByLineage compares a Session of 10,000 turns, a segment
 // each as a host flushes them, with its child forked by reference 10 turns
-// before its end and given 10 turns of its own, both replayed: from seq 0
-// (Compare) and from the fork point its lineage gives (SharedThrough from
-// the two Sessions' records, then CompareFrom). It reports the bytes read
-// of the store, logs and transcripts, and of the logs alone.
+// before its end and given 10 turns of its own, both assembled and
+// replayed: from seq 0 (Compare) and from the fork point its lineage gives
+// (SharedThrough from the two Sessions' records, then CompareFrom, which
+// counts the prefix from the assembly state kept before the cut and reads
+// the transcripts' parts after it). It reports the bytes read of the
+// store, logs and transcripts, and of the logs alone.
 func BenchmarkCompareByLineage(b *testing.B) {
 	const turns, after = 10000, 10
 	ctx := context.Background()
@@ -106,6 +108,9 @@ func BenchmarkCompareByLineage(b *testing.B) {
 		}
 	}
 	for _, name := range []string{"long", "long-retry"} {
+		if _, err := worker.Assemble(ctx, derived.StoreLog{Log: open(name)}); err != nil {
+			b.Fatal(err)
+		}
 		if _, err := worker.Replay(ctx, derived.StoreLog{Log: open(name)}, turnlog.Adapter{}); err != nil {
 			b.Fatal(err)
 		}

@@ -24,11 +24,14 @@ import (
 )
 
 // Log is what a comparison reads of a Session: its events from a seq on
-// (reading only the segments that hold them) and its stored transcript.
-// *agenthost.Log is one.
+// (reading only the segments that hold them), the messages of its stored
+// transcript after a seq (reading only the parts that hold them), and the
+// counts its assembly workers kept along the history. *agenthost.Log is
+// one.
 type Log interface {
 	Events(ctx context.Context, from int64) iter.Seq2[turnlog.Event, error]
-	Transcript(ctx context.Context) (derived.Transcript, error)
+	TranscriptWindow(ctx context.Context, q derived.TranscriptQuery) (derived.TranscriptWindow, error)
+	AssemblyAt(ctx context.Context, seq int64) (derived.AssemblyState, bool, error)
 }
 
 // Branch is one side of a comparison: its name in the result and in
@@ -196,10 +199,12 @@ func Compare(ctx context.Context, a, b Branch) (Comparison, error) {
 
 // CompareFrom is Compare of two logs known to hold the same events
 // 0..same (SharedThrough: their fork lineage says so; -1 for nothing
-// known). Its result is Compare's, but it reads those events once, from
-// a's log alone, still to count them, and b's log from same on. Should the
-// logs not agree through same after all, it believes the logs and compares
-// them from seq 0.
+// known). Its result is Compare's, but it does not compare those events:
+// it counts them from the last assembly state either log's workers kept
+// at or before same (reading a's log from there; from seq 0 when there is
+// none), and reads b's log from same on. Should the logs not agree
+// through same after all, it believes the logs and compares them from
+// seq 0.
 func CompareFrom(ctx context.Context, a, b Branch, same int64) (Comparison, error) {
 	p, ended, err := sharedPrefix(ctx, a, b, same)
 	if err != nil {
@@ -242,14 +247,21 @@ func sharedPrefix(ctx context.Context, a, b Branch, same int64) (p prefix, ended
 	return p, ended, err
 }
 
-// scanPrefix is sharedPrefix's read: a from seq 0, b from same on, the
-// two compared from same on (from seq 0 when same is -1).
+// scanPrefix is sharedPrefix's read: a from seq 0, or from the kept
+// assembly state the count starts from, b from same on, the two compared
+// from same on (from seq 0 when same is -1).
 func scanPrefix(ctx context.Context, a, b Branch, same int64) (p prefix, ended [2]bool, err error) {
-	nextA, stopA := iter.Pull2(a.Log.Events(ctx, 0))
+	p, from := newPrefix(), int64(0)
+	if same >= 0 {
+		if p, from, err = countedPrefix(ctx, a, b, same); err != nil {
+			return p, ended, err
+		}
+	}
+	nextA, stopA := iter.Pull2(a.Log.Events(ctx, from))
 	defer stopA()
-	nextB, stopB := iter.Pull2(b.Log.Events(ctx, max(same, 0)))
+	// b from the first seq the two are compared at.
+	nextB, stopB := iter.Pull2(b.Log.Events(ctx, max(same, from)))
 	defer stopB()
-	p = newPrefix()
 	for {
 		ea, okA, err := pull(nextA, a.Name)
 		if err != nil {
@@ -273,6 +285,22 @@ func scanPrefix(ctx context.Context, a, b Branch, same int64) (p prefix, ended [
 		}
 		p.add(&ea)
 	}
+}
+
+// countedPrefix is the prefix of the events before the last assembly
+// state a's or b's workers kept at or before same, and where it ends; a
+// new prefix from seq 0 when neither kept one with counts.
+func countedPrefix(ctx context.Context, a, b Branch, same int64) (prefix, int64, error) {
+	for _, br := range []Branch{a, b} {
+		st, found, err := br.Log.AssemblyAt(ctx, same)
+		if err != nil {
+			return prefix{}, 0, fmt.Errorf("read the assembly state of %s: %w", br.Name, err)
+		}
+		if p, ok := prefixAt(st); found && ok {
+			return p, st.Next, nil
+		}
+	}
+	return newPrefix(), 0, nil
 }
 
 // pull is the next event of a pulled log; ok is false at its end.

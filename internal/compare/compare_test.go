@@ -31,8 +31,12 @@ func (l storedLog) Events(ctx context.Context, from int64) iter.Seq2[turnlog.Eve
 	return l.log.Events(ctx, from, math.MaxInt64)
 }
 
-func (l storedLog) Transcript(ctx context.Context) (derived.Transcript, error) {
-	return derived.LoadTranscript(ctx, derived.StoreLog{Log: l.log}, turnlog.Adapter{})
+func (l storedLog) TranscriptWindow(ctx context.Context, q derived.TranscriptQuery) (derived.TranscriptWindow, error) {
+	return derived.LoadTranscriptWindow(ctx, derived.StoreLog{Log: l.log}, turnlog.Adapter{}, q)
+}
+
+func (l storedLog) AssemblyAt(ctx context.Context, seq int64) (derived.AssemblyState, bool, error) {
+	return derived.LoadAssemblyAt(ctx, derived.StoreLog{Log: l.log}, seq)
 }
 
 // sessions are Sessions' logs in one in-memory store, written, forked and
@@ -95,12 +99,16 @@ func (s *sessions) fork(source, child string, cut int64) {
 	}
 }
 
-// replay stores the transcripts of Sessions, as the workers do.
+// replay stores the assembly states and transcripts of Sessions, as the
+// workers do.
 func (s *sessions) replay(names ...string) {
 	s.t.Helper()
 	for _, name := range names {
-		l := s.branch(name).Log.(storedLog).log
-		if _, err := worker.Replay(s.t.Context(), derived.StoreLog{Log: l}, turnlog.Adapter{}); err != nil {
+		l := derived.StoreLog{Log: s.branch(name).Log.(storedLog).log}
+		if _, err := worker.Assemble(s.t.Context(), l); err != nil {
+			s.t.Fatalf("assemble %s: %v", name, err)
+		}
+		if _, err := worker.Replay(s.t.Context(), l, turnlog.Adapter{}); err != nil {
 			s.t.Fatalf("replay %s: %v", name, err)
 		}
 	}
@@ -291,7 +299,7 @@ func TestSiblingsCutAtDifferentTurns(t *testing.T) {
 	}
 	// The messages the source's transcript holds through the cut: what
 	// the prefix counted from the log.
-	tr, err := s.branch("long").Log.Transcript(t.Context())
+	tr, err := derived.LoadTranscript(t.Context(), derived.StoreLog{Log: s.branch("long").Log.(storedLog).log}, turnlog.Adapter{})
 	if err != nil {
 		t.Fatal(err)
 	}

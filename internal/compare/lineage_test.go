@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"iter"
 	"math"
 	"slices"
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/turnlog/turnlog/internal/derived"
+	"github.com/turnlog/turnlog/internal/testutil/loggen"
 	"github.com/turnlog/turnlog/internal/turnlog"
 )
 
@@ -234,4 +237,71 @@ func TestCompareFromIsCompare(t *testing.T) {
 			t.Errorf("%s: the child's log read from seqs %v, want 16 (the cut) and 17 (its own turns)", tc.name, fromB)
 		}
 	}
+}
+
+// uncounted is a log whose workers kept no assembly state: a comparison
+// counts its prefix from seq 0.
+type uncounted struct{ Log }
+
+func (uncounted) AssemblyAt(context.Context, int64) (derived.AssemblyState, bool, error) {
+	return derived.AssemblyState{}, false, nil
+}
+
+// A comparison that starts counting the shared prefix from the assembly
+// state the workers kept gives what counting it from seq 0 gives, for a
+// long Session grown turn by turn and children cut all along it, and
+// reads the source's log from at most a few thousand events before the
+// cut.
+func TestCountedPrefixIsTheLogs(t *testing.T) {
+	s := newSessions(t)
+	source := loggen.Log(12_000, 21)
+	lines := bytes.SplitAfter(source, []byte("\n"))
+	lines = lines[:len(lines)-1]
+	var ends []int64 // the turn/ends' seqs
+	for i, l := range lines {
+		if bytes.Contains(l, []byte(`"type":"turn/end"`)) {
+			ends = append(ends, int64(i))
+		}
+	}
+	for from, k := 0, 25; from < len(lines); k += 25 {
+		through := int(ends[min(k, len(ends)-1)])
+		s.write("long", slices.Concat(lines[from:through+1]...))
+		s.replay("long")
+		from = through + 1
+	}
+	for i, cut := range []int64{ends[0], ends[len(ends)/3], ends[len(ends)/2], ends[len(ends)-2], ends[len(ends)-1]} {
+		child := fmt.Sprint("long-", i)
+		s.fork("long", child, cut)
+		s.write(child, []byte(childTurn(turnOf(t, lines[cut])+1)))
+		s.replay(child)
+		for _, pair := range [][2]string{{"long", child}, {child, "long"}} {
+			a, b := s.branch(pair[0]), s.branch(pair[1])
+			c, err := CompareFrom(t.Context(), Branch{a.Name, uncounted{a.Log}}, Branch{b.Name, uncounted{b.Log}}, cut)
+			want := asJSON(t, c, err)
+			var read []int64
+			c, err = CompareFrom(t.Context(), Branch{a.Name, readFrom{a.Log, &read}}, b, cut)
+			got := asJSON(t, c, err)
+			if got != want {
+				t.Errorf("%s and %s cut at seq %d: counted from the kept state\n%s\ncounted from seq 0\n%s", pair[0], pair[1], cut, got, want)
+			}
+			if cut > 4096 && (len(read) == 0 || read[0] < cut-4096) {
+				t.Errorf("%s and %s cut at seq %d: %s read from seqs %v, want from at most 4,096 before the cut", pair[0], pair[1], cut, pair[0], read)
+			}
+		}
+	}
+}
+
+// childTurn is one turn of a child after its cut.
+func childTurn(turn int64) string {
+	return fmt.Sprintf("{\"type\":\"turn/start\",\"turn\":%d}\n{\"type\":\"user/message\",\"turn\":%d,\"content\":\"Another way.\"}\n{\"type\":\"turn/end\",\"turn\":%d,\"reason\":\"stop\"}\n", turn, turn, turn)
+}
+
+// turnOf is the turn of a log line.
+func turnOf(t *testing.T, line []byte) int64 {
+	t.Helper()
+	var e struct{ Turn int64 }
+	if err := json.Unmarshal(line, &e); err != nil {
+		t.Fatal(err)
+	}
+	return e.Turn
 }

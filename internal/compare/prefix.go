@@ -1,6 +1,10 @@
 package compare
 
-import "github.com/turnlog/turnlog/internal/turnlog"
+import (
+	"github.com/turnlog/turnlog/internal/assembler"
+	"github.com/turnlog/turnlog/internal/derived"
+	"github.com/turnlog/turnlog/internal/turnlog"
+)
 
 // prefix counts the events two logs share as they are read, holding no
 // event: the shared part so far, cut at the last turn boundary, and the
@@ -11,11 +15,25 @@ type prefix struct {
 	// open counts.
 	inTurn   bool
 	openTurn int64
-	open     messageCount
+	open     assembler.MessageCount
 }
 
 func newPrefix() prefix {
 	return prefix{shared: Shared{CutSeq: -1, LastTurnEndSeq: -1, SameThroughSeq: -1}}
+}
+
+// prefixAt is the prefix of the events before st.Next, from the counts
+// the assembly workers kept with st; ok is false when st has none, or does
+// not end at a turn/end.
+func prefixAt(st derived.AssemblyState) (prefix, bool) {
+	end := st.Summary.LastTurnEnd
+	if st.Prefix == nil || end == nil || end.Seq != st.Next-1 {
+		return prefix{}, false
+	}
+	p := newPrefix()
+	p.shared = Shared{CutSeq: end.Seq, SameThroughSeq: end.Seq, Turns: st.CommittedTurns, FirstTurn: st.Prefix.FirstTurn,
+		LastTurn: end.Turn, LastTurnEndSeq: end.Seq, LastReason: string(end.Reason), Messages: st.Prefix.Messages}
+	return p, true
 }
 
 // add takes the next event both logs hold.
@@ -23,18 +41,18 @@ func (p *prefix) add(e *turnlog.Event) {
 	p.shared.SameThroughSeq = e.Seq
 	switch {
 	case e.Type == turnlog.TypeTurnStart:
-		p.inTurn, p.openTurn, p.open = true, e.Turn, messageCount{}
+		p.inTurn, p.openTurn, p.open = true, e.Turn, assembler.MessageCount{}
 	case p.inTurn:
-		p.open.add(e)
+		p.open.Add(e)
 		if e.Type == turnlog.TypeTurnEnd {
 			end, _ := e.TurnEnd()
 			p.closeTurn(e.Seq, string(end.Reason), true)
 		}
 	default:
 		// Between turns: shared as soon as it is read.
-		var c messageCount
-		c.add(e)
-		p.shared.Messages += c.total()
+		var c assembler.MessageCount
+		c.Add(e)
+		p.shared.Messages += c.Total()
 		p.shared.CutSeq = e.Seq
 	}
 }
@@ -48,7 +66,7 @@ func (p *prefix) closeTurn(seq int64, reason string, ended bool) {
 	}
 	s.Turns++
 	s.LastTurn, s.LastReason = p.openTurn, reason
-	s.Messages += p.open.total()
+	s.Messages += p.open.Total()
 	s.CutSeq = seq
 	if ended {
 		s.LastTurnEndSeq = seq
@@ -62,52 +80,4 @@ func (p *prefix) finish() {
 	if p.inTurn {
 		p.closeTurn(p.shared.SameThroughSeq, "", false)
 	}
-}
-
-// messageCount counts the messages of one turn as the log has them: user
-// messages, typed or inserted, tool results, and one assistant message
-// per response that completed, the host's own message winning over the
-// assembled one, as replay has it.
-type messageCount struct {
-	others int64
-	// completed says, per response, whether it is a message; host marks
-	// the responses the host wrote a message for.
-	completed map[int]bool
-	host      map[int]bool
-}
-
-func (c *messageCount) add(e *turnlog.Event) {
-	switch e.Type {
-	case turnlog.TypeUserMessage, turnlog.TypeContextMessage, turnlog.TypeToolResult:
-		c.others++
-	case turnlog.TypeResponseFinish:
-		f, _ := e.ResponseFinish()
-		if !c.host[f.Response] {
-			c.set(f.Response, !f.StopReason.Interrupted())
-		}
-	case turnlog.TypeAssistantMessage:
-		m, _ := e.AssistantMessage()
-		if c.host == nil {
-			c.host = map[int]bool{}
-		}
-		c.host[m.Response] = true
-		c.set(m.Response, !m.Message.StopReason.Interrupted())
-	}
-}
-
-func (c *messageCount) set(response int, message bool) {
-	if c.completed == nil {
-		c.completed = map[int]bool{}
-	}
-	c.completed[response] = message
-}
-
-func (c *messageCount) total() int64 {
-	n := c.others
-	for _, message := range c.completed {
-		if message {
-			n++
-		}
-	}
-	return n
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 
@@ -28,7 +29,7 @@ func readSide(ctx context.Context, br Branch, cut int64) (Side, error) {
 	if len(s.side.Turns) == 0 {
 		return s.side, nil
 	}
-	tr, err := br.Log.Transcript(ctx)
+	tr, err := br.Log.TranscriptWindow(ctx, derived.TranscriptQuery{From: cut + 1, Through: math.MaxInt64})
 	if errors.Is(err, derived.ErrNotReplayed) {
 		return Side{}, fmt.Errorf("%s has no stored transcript yet: %w", br.Name, err)
 	}
@@ -82,7 +83,7 @@ func (s *sideBuilder) add(e *turnlog.Event) {
 
 // addTranscript puts the transcript's messages after cut in their turns,
 // with their marks, and the frozen text beside them.
-func (s *sideBuilder) addTranscript(tr derived.Transcript, cut int64) {
+func (s *sideBuilder) addTranscript(tr derived.TranscriptWindow, cut int64) {
 	s.side.ThroughSeq = tr.ThroughSeq
 	degraded := map[int64]*Degraded{}
 	refused := map[int64][]string{}
@@ -95,7 +96,8 @@ func (s *sideBuilder) addTranscript(tr derived.Transcript, cut int64) {
 			refused[d.Seq] = append(refused[d.Seq], d.Message)
 		}
 	}
-	for _, m := range tr.Messages {
+	for _, wm := range tr.Messages {
+		m := wm.Message
 		if m.Seq <= cut {
 			continue
 		}
