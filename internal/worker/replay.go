@@ -277,14 +277,15 @@ func (r *replayRunner) foldCounts(p *replayPass, res replay.Result) {
 // A replay pass takes in at most about this many events, or bytes of
 // them, before it stores what it built (at the next point where no turn is
 // open): the builder's messages cost several times the bytes of the
-// events they come from, most of all for many small ones. A pass of a few
-// MiB of events stores about a part's worth of messages, so a run that
-// catches up with a long log seals parts, and keeps checkpoints (derived
-// HistoryDir), every few thousand events: where a fork cut in the middle
-// starts. Variables, so that tests can make every run several passes.
+// events they come from, most of all for many small ones. A pass of a MiB
+// of events stores a few hundred KiB of messages, so a run that catches up
+// with a long log seals a part, and keeps a checkpoint (derived
+// HistoryDir), every few passes, as runs that follow a Session turn by
+// turn do: where a fork cut in the middle of the history starts.
+// Variables, so that tests can make every run several passes.
 var (
 	passEvents = 20_000
-	passBytes  = 4 << 20
+	passBytes  = 1 << 20
 )
 
 // defaultAdapter fills the fields target leaves empty from the session's

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -88,6 +89,10 @@ type ForkRow struct {
 	SucceededLogObjects int   `json:"succeededLogObjects"`
 	CurrentBytes        int64 `json:"currentBytes"`
 	CurrentObjects      int   `json:"currentObjects"`
+	// DiffSeconds is how long `kubectl turnlog diff SOURCE CHILD` takes
+	// once the child is Current (the median of three), for the largest
+	// source's forks.
+	DiffSeconds float64 `json:"diffSeconds,omitempty"`
 }
 
 // TestForks measures what a SessionFork costs with the manager's two ways
@@ -164,6 +169,12 @@ func startForksCluster(t *testing.T) *turnsCluster {
 		t.Fatal(err)
 	}
 	tl.turnlog = built.Turnlog
+	tl.plugin = filepath.Join(tl.dir, "kubectl-turnlog")
+	build := exec.CommandContext(t.Context(), "go", "build", "-o", tl.plugin, "./cmd/kubectl-turnlog")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/kubectl-turnlog: %v\n%s", err, out)
+	}
 	startCtx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	tl.cluster, err = localcluster.Start(startCtx, localcluster.Options{
@@ -256,12 +267,17 @@ func (p *forksPhase) measure(turns []int) []ForkRow {
 	t.Logf("%s, --fork-prefix=%s: sources of %v turns Current after %.1fs", p.store, p.mode, turns, time.Since(began).Seconds())
 
 	var rows []ForkRow
-	for _, n := range turns {
-		rows = append(rows, p.fork("head-10", n, p.forkAt(fmt.Sprintf("head-%d", n), sources[n].Name, forkHead(n)-10)))
-	}
 	n := turns[len(turns)-1]
+	for _, k := range turns {
+		head := p.forkAt(fmt.Sprintf("head-%d", k), sources[k].Name, forkHead(k)-10)
+		rows = append(rows, p.fork("head-10", k, head))
+		if k == n {
+			rows[len(rows)-1].DiffSeconds = p.diff(sources[k].Name, head.Status.ChildName)
+		}
+	}
 	middle := p.forkAt(fmt.Sprintf("middle-%d", n), sources[n].Name, forkHead(n)/2)
 	rows = append(rows, p.fork("middle", n, middle))
+	rows[len(rows)-1].DiffSeconds = p.diff(sources[n].Name, middle.Status.ChildName)
 	// The middle fork's child, Current, ends with its cut: its own head.
 	rows = append(rows, p.fork("middle's head-10", n, p.forkAt(middle.Name+"-head", middle.Name, *middle.Status.CutSeq-10)))
 	var many []*turnlogv1.SessionFork
@@ -277,6 +293,23 @@ func (p *forksPhase) measure(turns []int) []ForkRow {
 		t.Fatal(err)
 	}
 	return rows
+}
+
+// diff runs `kubectl turnlog diff a b` three times, as a user would, and
+// returns the median time.
+func (p *forksPhase) diff(a, b string) float64 {
+	t := p.tl.t
+	var times []float64
+	for range 3 {
+		cmd := exec.CommandContext(t.Context(), p.tl.plugin, "diff", a, b, "--kubeconfig", p.tl.cluster.Kubeconfig, "-n", p.ns, "--store-url", p.tl.storeURL)
+		began := time.Now()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("kubectl turnlog diff %s %s: %v\n%s", a, b, err, out)
+		}
+		times = append(times, time.Since(began).Seconds())
+	}
+	slices.Sort(times)
+	return times[1]
 }
 
 // startManager runs a manager in pod worker mode, as `make dev` does,
@@ -573,12 +606,16 @@ func summarize(counts map[string]int) string {
 func forksTable(rows []ForkRow) string {
 	var b strings.Builder
 	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(w, "store\t--fork-prefix\tfork\tsource turns\tsource log/\tforks\tcut\tstatus.prefix\t-> Succeeded\t-> Current\tchildren's log/ at Succeeded\tall at Succeeded\tall at Current\t\n")
+	fmt.Fprintf(w, "store\t--fork-prefix\tfork\tsource turns\tsource log/\tforks\tcut\tstatus.prefix\t-> Succeeded\t-> Current\tchildren's log/ at Succeeded\tall at Succeeded\tall at Current\tdiff\t\n")
 	for _, r := range rows {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\t%.2f s\t%.2f s\t%s, %d obj\t%s, %d obj\t%s, %d obj\t\n",
+		diff := "-"
+		if r.DiffSeconds > 0 {
+			diff = fmt.Sprintf("%.2f s", r.DiffSeconds)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\t%.2f s\t%.2f s\t%s, %d obj\t%s, %d obj\t%s, %d obj\t%s\t\n",
 			r.Store, r.ForkPrefixFlag, r.Fork, r.SourceTurns, size(r.SourceLogBytes), r.Forks, r.CutSeq, r.Prefix,
 			r.SucceededSeconds, r.CurrentSeconds, size(r.SucceededLogBytes), r.SucceededLogObjects,
-			size(r.SucceededBytes), r.SucceededObjects, size(r.CurrentBytes), r.CurrentObjects)
+			size(r.SucceededBytes), r.SucceededObjects, size(r.CurrentBytes), r.CurrentObjects, diff)
 	}
 	w.Flush()
 	fmt.Fprintf(&b, "%d CPUs; managers in pod worker mode with %s\n", runtime.NumCPU(), *flagForksArgs)

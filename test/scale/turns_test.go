@@ -291,7 +291,9 @@ type turnsCluster struct {
 	kube      client.Client
 	clientset kubernetes.Interface
 	turnlog   string
-	storeURL  string
+	// plugin is kubectl-turnlog, built for the forks' diff.
+	plugin   string
+	storeURL string
 	// credentialsSecret names the Secret in each run's namespace worker pods
 	// read the store's keys from; empty when the store needs none.
 	credentialsSecret string
