@@ -46,8 +46,9 @@ type Seeded struct {
 // The transcript's final parts held by a Session that shares says the
 // child may share (one whose data the child's pins keep) are shared; its
 // other parts are copied inside the store. The checkpoints are written as
-// they were read, after the parts: a source run that moves its checkpoint
-// on meanwhile cannot hand the child one past the cut. A part that a
+// they were read (the transcript's with where each part is), after the
+// parts: a source run that moves its checkpoint on meanwhile cannot hand
+// the child one past the cut. A part that a
 // source run merged away meanwhile is looked for again under the source's
 // new checkpoint; after that, the child replays from the start.
 // transcript false seeds assembly alone (a child whose replay of the
