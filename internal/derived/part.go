@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"slices"
+	"sync"
 
 	gojson "github.com/goccy/go-json"
 
@@ -445,21 +446,11 @@ func deleteUnlisted(ctx context.Context, log Log, dir string, before, after []Pa
 	for _, r := range after {
 		listed[r.id(dir)] = true
 	}
-	final, keepFinal := finalParts(before), -1 // -1: not asked yet
+	final := finalParts(before)
+	keepFinal := sync.OnceValue(func() bool { return isReferred(ctx, log) }) // asked at most once
 	for i, r := range before {
-		if r.shared() || listed[r.id(dir)] {
+		if r.shared() || listed[r.id(dir)] || i < final && keepFinal() {
 			continue
-		}
-		if i < final {
-			if keepFinal < 0 {
-				keepFinal = 0
-				if isReferred(ctx, log) {
-					keepFinal = 1
-				}
-			}
-			if keepFinal == 1 {
-				continue
-			}
 		}
 		_ = log.DeleteDerived(ctx, r.Name(dir))
 	}

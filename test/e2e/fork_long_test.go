@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -107,7 +106,7 @@ func sharedParts(ctx context.Context, child, holder string) int {
 				shared++
 			}
 		}
-		GinkgoWriter.Printf("%s: %d parts, %s of them %s's\n", name, len(state.Parts), strconv.Itoa(shared), holder)
+		GinkgoWriter.Printf("%s: %d parts, %d of them %s's\n", name, len(state.Parts), shared, holder)
 	}
 	return shared
 }
