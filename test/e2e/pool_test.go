@@ -178,7 +178,12 @@ var _ = Describe("worker pods (container node)", func() {
 		}
 		Expect(created.jobCount()).To(BeZero())
 		Expect(created.podsIn(stageFirstTurn)).To(HaveLen(1), "pods created during turn 1")
-		Expect(created.podsIn(stageBeforeDeletion)).To(BeEmpty(), "pods created from turn 2 until the deletion")
+		Expect(created.podsIn(stageBeforeDeletion)).To(BeEmpty(), func() string {
+			// Why the Deployment made another pod is in its ReplicaSets
+			// and the namespace's Events: say it where the failure is read.
+			out, _ := tryKubectl("get", "replicasets,events", "-n", ns, "-o", "wide")
+			return "pods created from turn 2 until the deletion; kubectl get replicasets,events:\n" + out
+		})
 		replacements := created.podsIn(stageAfterDeletion)
 		Expect(replacements).To(HaveLen(1), "pods created after the deletion")
 		Expect(replacements[0]).NotTo(Equal(victim))

@@ -10,7 +10,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -270,34 +273,26 @@ func (r *run) unsettled() []string {
 func (r *run) check() result {
 	var res result
 	res.Lost, res.Duplicated, res.Invalid, res.Events = r.checkAcksCounting(true)
-	res.CaughtUpByPoll = r.waitHeadsCaughtUp()
-	exports := map[string][]byte{}
-	exportOf := func(n, name string) []byte {
-		key := n + "/" + name
-		if b, ok := exports[key]; ok {
-			return b
-		}
-		b, err := r.export(n, name)
-		if err != nil {
-			r.t.Errorf("export %s: %v", key, err)
-		}
-		exports[key] = b
-		return b
-	}
+	exports := &exportCache{r: r}
+	res.CaughtUpByPoll = r.waitHeadsCaughtUp(exports)
 
 	// Every Session's stored transcript is an offline replay of its log
 	// through the same seq, and its status head is the log's.
+	var mu sync.Mutex
 	for _, n := range []string{ns, quietNS} {
 		var sessions turnlogv1.SessionList
 		if err := r.c.List(r.ctx, &sessions, client.InNamespace(n)); err != nil {
 			r.t.Fatal(err)
 		}
-		for _, s := range sessions.Items {
-			if why := r.transcriptMismatch(n, s.Name, exportOf(n, s.Name), s.Status.HeadSeq); why != "" {
+		inParallel(sessions.Items, func(s turnlogv1.Session) {
+			if why := r.transcriptMismatch(n, s.Name, exports.get(n, s.Name), s.Status.HeadSeq); why != "" {
+				mu.Lock()
 				res.Mismatches = append(res.Mismatches, fmt.Sprintf("%s/%s: %s", n, s.Name, why))
+				mu.Unlock()
 			}
-		}
+		})
 	}
+	slices.Sort(res.Mismatches)
 
 	// Every SessionFork has one child, whose log is the source's prefix
 	// through the first turn/end at or after the floored atSeq.
@@ -306,16 +301,60 @@ func (r *run) check() result {
 		if err := r.c.List(r.ctx, &forks, client.InNamespace(n)); err != nil {
 			r.t.Fatal(err)
 		}
-		for _, f := range forks.Items {
+		inParallel(forks.Items, func(f turnlogv1.SessionFork) {
+			msg := r.forkAnomaly(n, &f, exports.get)
+			mu.Lock()
+			defer mu.Unlock()
 			res.Forks++
-			if msg := r.forkAnomaly(n, &f, exportOf); msg != "" {
+			if msg != "" {
 				res.ForkAnomalies++
 				r.t.Logf("fork anomaly: %s/%s: %s", n, f.Name, msg)
 			}
-		}
+		})
 	}
 	res.EventReasons = r.checkEvents(res.Forks)
 	return res
+}
+
+// checkWorkers is how many Sessions the end-of-run checks read at once:
+// each read is a few turnlog processes, and one at a time took most of an
+// hour for the 550 Sessions an hour's run leaves.
+const checkWorkers = 4
+
+// inParallel calls check on every item, checkWorkers at a time.
+func inParallel[T any](items []T, check func(T)) {
+	var g errgroup.Group
+	g.SetLimit(checkWorkers)
+	for _, item := range items {
+		g.Go(func() error {
+			check(item)
+			return nil
+		})
+	}
+	_ = g.Wait()
+}
+
+// exportCache holds each Session's export once the end-of-run checks have
+// read it: they read a log for its head, its transcript and each fork of
+// it, and it no longer changes.
+type exportCache struct {
+	r *run
+	m sync.Map // namespace/name -> []byte
+}
+
+// get returns Session n/name's export, reporting a failed export as the
+// test's error and returning nil.
+func (c *exportCache) get(n, name string) []byte {
+	key := n + "/" + name
+	if b, ok := c.m.Load(key); ok {
+		return b.([]byte)
+	}
+	b, err := c.r.export(n, name)
+	if err != nil {
+		c.r.t.Errorf("export %s: %v", key, err)
+	}
+	c.m.Store(key, b)
+	return b
 }
 
 // maxPoll is the manager's --max-poll-interval in the soak.
@@ -327,40 +366,55 @@ const maxPoll = time.Minute
 // between the append and the nudge, the API server down when it nudged)
 // is only found by the Session's poll, within --max-poll-interval, as
 // docs/controllers.md promises; a Session still behind after that is a
-// mismatch for the check below to report.
-func (r *run) waitHeadsCaughtUp() []string {
-	var behind []string
+// mismatch for the check below to report. All of them wait together.
+func (r *run) waitHeadsCaughtUp(exports *exportCache) []string {
+	type lagging struct {
+		key  client.ObjectKey
+		head int64
+	}
+	var (
+		mu     sync.Mutex
+		behind []lagging
+		report []string
+	)
 	for _, n := range []string{ns, quietNS} {
 		var sessions turnlogv1.SessionList
 		if err := r.c.List(r.ctx, &sessions, client.InNamespace(n)); err != nil {
 			r.t.Fatal(err)
 		}
-		for _, s := range sessions.Items {
-			log, err := r.export(n, s.Name)
-			if err != nil {
-				continue // reported by the check
+		inParallel(sessions.Items, func(s turnlogv1.Session) {
+			log := exports.get(n, s.Name)
+			if log == nil {
+				return // reported by the export
 			}
 			head := int64(bytes.Count(log, []byte("\n")) - 1)
-			caughtUp := func(s *turnlogv1.Session) bool {
-				c := apimeta.FindStatusCondition(s.Status.Conditions, turnlogv1.ConditionReady)
-				return s.Status.HeadSeq != nil && *s.Status.HeadSeq == head && c != nil && c.Reason == turnlogv1.ReasonCurrent
+			if caughtUp(&s, head) {
+				return
 			}
-			if caughtUp(&s) {
-				continue
-			}
-			behind = append(behind, fmt.Sprintf("%s/%s (status.headSeq %s, log head %d)", n, s.Name, ptrString(s.Status.HeadSeq), head))
-			for deadline := time.Now().Add(maxPoll + 30*time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Second) {
-				var now turnlogv1.Session
-				if err := r.c.Get(r.ctx, client.ObjectKeyFromObject(&s), &now); err == nil && caughtUp(&now) {
-					break
-				}
-			}
-		}
+			mu.Lock()
+			defer mu.Unlock()
+			behind = append(behind, lagging{client.ObjectKeyFromObject(&s), head})
+			report = append(report, fmt.Sprintf("%s/%s (status.headSeq %s, log head %d)", n, s.Name, ptrString(s.Status.HeadSeq), head))
+		})
 	}
-	if len(behind) > 0 {
-		r.t.Logf("Sessions behind their log once settled, left to their poll: %s", strings.Join(behind, "; "))
+	for deadline := time.Now().Add(maxPoll + 30*time.Second); len(behind) > 0 && time.Now().Before(deadline); time.Sleep(2 * time.Second) {
+		behind = slices.DeleteFunc(behind, func(l lagging) bool {
+			var now turnlogv1.Session
+			return r.c.Get(r.ctx, l.key, &now) == nil && caughtUp(&now, l.head)
+		})
 	}
-	return behind
+	if len(report) > 0 {
+		slices.Sort(report)
+		r.t.Logf("Sessions behind their log once settled, left to their poll: %s", strings.Join(report, "; "))
+	}
+	return report
+}
+
+// caughtUp says whether Session s's status has reached its log's head and
+// is Current.
+func caughtUp(s *turnlogv1.Session, head int64) bool {
+	c := apimeta.FindStatusCondition(s.Status.Conditions, turnlogv1.ConditionReady)
+	return s.Status.HeadSeq != nil && *s.Status.HeadSeq == head && c != nil && c.Reason == turnlogv1.ReasonCurrent
 }
 
 // transcriptMismatch says how the stored transcript of Session n/name
@@ -450,10 +504,7 @@ func (r *run) forkAnomaly(n string, f *turnlogv1.SessionFork, exportOf func(stri
 		return fmt.Sprintf("atSeq %s cut at %d, the first turn/end at or after %d is %d", f.Spec.AtSeq, *f.Status.CutSeq, floor, want)
 	}
 	child := children.Items[0].Name
-	got, err := r.export(n, child)
-	if err != nil {
-		return err.Error()
-	}
+	got := exportOf(n, child)
 	if !bytes.Equal(got, prefix) {
 		return fmt.Sprintf("child %s's log (%d bytes) is not the source's first %d events (%d bytes)", child, len(got), want+1, len(prefix))
 	}
