@@ -4,7 +4,7 @@
 // The package reads them where the workers put them, and refuses a part
 // whose holder is not a Session's name.
 import assert from "node:assert/strict";
-import { mkdirSync, writeFileSync } from "node:fs";
+import { cpSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { test } from "node:test";
 import { rootOf } from "../src/log.ts";
@@ -70,5 +70,34 @@ test("a shared part whose holder is not a Session's name is refused, naming the 
 	] as const) {
 		const { url, child } = forkedStore(shared);
 		await assert.rejects(loadTranscript(openStore(url), child, TARGET), want);
+	}
+});
+
+// testdata/stores/shared-transcripts (its README says what it is): a
+// source, a fork of it and a fork of that fork, written and replayed by
+// Go's workers, the children sharing their ancestors' sealed parts.
+// internal/worker's TestSharedTranscriptFixture holds the store to what
+// Go writes and Go's reader to expected/; this holds the package to it.
+const SHARED = join(import.meta.dirname, "..", "..", "testdata", "stores", "shared-transcripts");
+
+test("each Session of the shared-parts tree reads to expected/, through the parts its ancestors hold", async () => {
+	const dir = mkdtempSync(join(scratch(), "shared-"));
+	cpSync(join(SHARED, "store"), dir, { recursive: true });
+	const store = openStore(`file://${dir}`);
+	for (const [session, uid] of [
+		["src", "u1"],
+		["mid", "u2"],
+		["leaf", "u3"],
+	]) {
+		const want = readFileSync(join(SHARED, "expected", `${session}.jsonl`), "utf8")
+			.split("\n")
+			.filter((l) => l !== "")
+			.map((l) => JSON.parse(l));
+		const tr = await loadTranscript(store, rootOf({ namespace: "ns", session, uid }), TARGET);
+		assert.deepEqual(
+			tr.messages.map((m) => ({ seq: m.seq, role: m.role, message: m.message })),
+			want,
+			session,
+		);
 	}
 });
