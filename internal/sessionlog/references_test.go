@@ -5,14 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"iter"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/turnlog/turnlog/internal/sessionlog"
@@ -164,73 +161,6 @@ func exportThrough(t testing.TB, lg *sessionlog.Log, cut int64) string {
 	return sb.String()
 }
 
-// dyingBucket is a manager that dies: after budget requests every request
-// fails, as if the process had stopped between two of them.
-type dyingBucket struct {
-	store.Bucket
-	budget atomic.Int64
-}
-
-var errDied = errors.New("the manager died")
-
-func (b *dyingBucket) alive() bool { return b.budget.Add(-1) >= 0 }
-
-func (b *dyingBucket) Get(ctx context.Context, key string) ([]byte, error) {
-	if !b.alive() {
-		return nil, errDied
-	}
-	return b.Bucket.Get(ctx, key)
-}
-
-func (b *dyingBucket) NewRangeReader(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
-	if !b.alive() {
-		return nil, errDied
-	}
-	return b.Bucket.NewRangeReader(ctx, key, off, n)
-}
-
-func (b *dyingBucket) Attributes(ctx context.Context, key string) (store.Attributes, error) {
-	if !b.alive() {
-		return store.Attributes{}, errDied
-	}
-	return b.Bucket.Attributes(ctx, key)
-}
-
-func (b *dyingBucket) PutIfAbsent(ctx context.Context, key string, data []byte, md map[string]string) error {
-	if !b.alive() {
-		return errDied
-	}
-	return b.Bucket.PutIfAbsent(ctx, key, data, md)
-}
-
-func (b *dyingBucket) Put(ctx context.Context, key string, data []byte, md map[string]string) error {
-	if !b.alive() {
-		return errDied
-	}
-	return b.Bucket.Put(ctx, key, data, md)
-}
-
-func (b *dyingBucket) Copy(ctx context.Context, dst, src string) error {
-	if !b.alive() {
-		return errDied
-	}
-	return b.Bucket.Copy(ctx, dst, src)
-}
-
-func (b *dyingBucket) Delete(ctx context.Context, key string) error {
-	if !b.alive() {
-		return errDied
-	}
-	return b.Bucket.Delete(ctx, key)
-}
-
-func (b *dyingBucket) List(ctx context.Context, prefix string) iter.Seq2[store.Object, error] {
-	if !b.alive() {
-		return func(yield func(store.Object, error) bool) { yield(store.Object{}, errDied) }
-	}
-	return b.Bucket.List(ctx, prefix)
-}
-
 // treeSession is what the property test expects of one Session.
 type treeSession struct {
 	loc   sessionlog.Location
@@ -303,8 +233,7 @@ func runForkTree(t *testing.T, b store.Bucket, seed uint64, steps int) {
 	// dying runs op against a manager that dies after a few requests, then
 	// again against one that does not: what a restarted manager does.
 	dying := func(op func(s *sessionlog.Store) error) error {
-		d := &dyingBucket{Bucket: b}
-		d.budget.Store(int64(rng.IntN(12)))
+		d := storetest.NewDying(b, int64(rng.IntN(12)))
 		if err := op(sessionlog.New(d)); err == nil {
 			return nil
 		}

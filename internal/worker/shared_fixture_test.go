@@ -175,18 +175,8 @@ func writeTurns(t *testing.T, lg derived.StoreLog, texts []string) {
 		t.Fatal(err)
 	}
 	var events [][]byte
-	if head.Next == 0 {
-		events = append(events, fmt.Appendf(nil, `{"type":"session/start","adapter":{"kind":"pi-ai","api":"anthropic-messages","provider":"anthropic","model":"claude-sonnet-4-5"}}`))
-	}
-	turn := head.Turns
-	for _, text := range texts {
-		turn++
-		q, _ := json.Marshal(text)
-		events = append(events,
-			fmt.Appendf(nil, `{"type":"turn/start","turn":%d}`, turn),
-			fmt.Appendf(nil, `{"type":"user/message","turn":%d,"content":[{"type":"text","text":%s}]}`, turn, q),
-			fmt.Appendf(nil, `{"type":"assistant/message","turn":%d,"response":0,"message":{"role":"assistant","content":[{"type":"text","text":"answer %d"}],"api":"anthropic-messages","provider":"anthropic","model":"claude-sonnet-4-5","stopReason":"stop","usage":{"input":1,"output":1,"cacheRead":0,"cacheWrite":0,"totalTokens":2,"cost":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"total":0}},"timestamp":%d}}`, turn, turn, 1764583200000+int64(turn)),
-			fmt.Appendf(nil, `{"type":"turn/end","turn":%d,"reason":"stop"}`, turn))
+	for i, text := range texts {
+		events = append(events, turnEvents(head.Next == 0 && i == 0, head.Turns+int64(i)+1, text)...)
 	}
 	if _, err := lg.Log.NewAppender("fixture").Append(ctx, events...); err != nil {
 		t.Fatal(err)
