@@ -97,11 +97,11 @@ func recordName(uid string) string { return "turnlog-orphaned-log-" + uid }
 func (l *orphanLedger) record(ctx context.Context, session *turnlogv1.Session, store, location, reason string) error {
 	cm := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace: l.Namespace, Name: recordName(string(session.UID)),
+			Namespace: l.Namespace, Name: recordName(session.LogUID()),
 			Labels: l.labels(),
 		},
 		Data: map[string]string{
-			orphanStore: store, orphanNamespace: session.Namespace, orphanSession: session.Name, orphanUID: string(session.UID),
+			orphanStore: store, orphanNamespace: session.Namespace, orphanSession: session.Name, orphanUID: session.LogUID(),
 			orphanLocation: location, orphanReason: derived.Truncate(reason, 1024), orphanSince: time.Now().UTC().Format(time.RFC3339),
 		},
 	}
@@ -113,7 +113,7 @@ func (l *orphanLedger) record(ctx context.Context, session *turnlogv1.Session, s
 
 // where is how a record names itself to an operator.
 func (l *orphanLedger) where(session *turnlogv1.Session) string {
-	return l.Namespace + "/" + recordName(string(session.UID))
+	return l.Namespace + "/" + recordName(session.LogUID())
 }
 
 // Start sweeps at once and then every Interval, until ctx ends.

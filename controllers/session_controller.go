@@ -233,6 +233,10 @@ func (r *SessionReconciler) reconcileLog(ctx context.Context, s *sessionScope) e
 	}
 	s.log = derived.StoreLog{Log: log}
 	session.Status.Location = statusLocation(name, s.location)
+	if err := r.writeManifest(ctx, s, log); err != nil {
+		s.ready = storeProblem(ctx, name, "writing the Session's manifest", err)
+		return err
+	}
 	s.head, err = log.Head(ctx)
 	if _, bad := errors.AsType[*sessionlog.DataError](err); bad && stillSeeding(session) {
 		// Until the SessionFork controller is done, the child's log may

@@ -135,7 +135,7 @@ func sessionLiveness(reader client.Reader) sessionlog.Liveness {
 		if err != nil {
 			return false, err
 		}
-		return string(s.UID) == loc.UID && s.DeletionTimestamp.IsZero(), nil
+		return s.LogUID() == loc.UID && s.DeletionTimestamp.IsZero(), nil
 	}
 }
 

@@ -361,11 +361,13 @@ func (r *SessionForkReconciler) reconcileChild(ctx context.Context, s *forkScope
 		ObjectMeta: metav1.ObjectMeta{Name: childName(s.fork), Namespace: s.fork.Namespace, Labels: labels,
 			Annotations: map[string]string{turnlogv1.AnnotationTraceLineage: childLineage(s.source, s.point.CutSeq)}},
 		Spec: turnlogv1.SessionSpec{
-			Adapter:   adapter,
-			Storage:   s.source.Spec.Storage, // a fork refers to segments inside one store
+			Adapter: adapter,
+			// A fork refers to segments inside one store; its log is its
+			// own, whatever root the source's is in.
+			Storage:   turnlogv1.SessionStorage{Store: s.source.Spec.Storage.Store},
 			Retention: s.source.Spec.Retention,
 			ForkedFrom: &turnlogv1.ForkOrigin{
-				Session: s.source.Name, UID: string(s.source.UID), Fork: s.fork.Name, ForkUID: string(s.fork.UID),
+				Session: s.source.Name, UID: s.source.LogUID(), Fork: s.fork.Name, ForkUID: string(s.fork.UID),
 				AnchorSeq: s.point.AnchorSeq, CutSeq: s.point.CutSeq, SentKeptThrough: sentKeptThrough(s.source, s.point.CutSeq),
 			},
 		},
@@ -610,7 +612,7 @@ func childName(fork *turnlogv1.SessionFork) string {
 func isChildOf(child *turnlogv1.Session, fork *turnlogv1.SessionFork, source *turnlogv1.Session, anchor int64) bool {
 	from := child.Spec.ForkedFrom
 	return from != nil && from.Fork == fork.Name && from.ForkUID == string(fork.UID) &&
-		from.Session == source.Name && from.UID == string(source.UID) && from.AnchorSeq == anchor
+		from.Session == source.Name && from.UID == source.LogUID() && from.AnchorSeq == anchor
 }
 
 // sourceNameField indexes SessionForks by their source Session.

@@ -77,7 +77,7 @@ type SessionStore struct {
 }
 
 // Location is where session's log lives in this store (see
-// sessionio.Location: nothing in it comes from the Session's spec, so no
+// sessionio.Location: its namespace and name are the Session's, so no
 // Session can reach into another's root).
 func (s *SessionStore) Location(session *turnlogv1.Session) sessionlog.Location {
 	return sessionio.Location(s.Prefix, session)

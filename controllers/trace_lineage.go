@@ -29,7 +29,7 @@ type lineageEntry struct {
 // childLineage is the lineage of a child of source cut at cut.
 func childLineage(source *turnlogv1.Session, cut int64) string {
 	entries := parseLineage(source.Annotations[turnlogv1.AnnotationTraceLineage])
-	entries = append(entries, lineageEntry{uid: string(source.UID), through: cut})
+	entries = append(entries, lineageEntry{uid: source.LogUID(), through: cut})
 	if len(entries) > maxLineage {
 		entries = entries[len(entries)-maxLineage:]
 	}

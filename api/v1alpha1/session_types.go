@@ -57,7 +57,8 @@ const DefaultStore = "default"
 // SessionStorage picks where a Session's log is kept: one of the object
 // stores the operator configured on the manager, by name. A Session cannot
 // name a URL, an endpoint, credentials or a key prefix; its log's root is
-// always [<store prefix>/]<namespace>/<name>/<uid>/.
+// always [<store prefix>/]<namespace>/<name>/<uid>/, uid being LogUID
+// when set, else the Session's own.
 type SessionStorage struct {
 	// Store is the name of a store configured on the manager (its --store
 	// or --stores-file); "default" unless set.
@@ -67,6 +68,24 @@ type SessionStorage struct {
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="storage.store must be a lowercase DNS label naming a store configured on the manager, e.g. \"default\""
 	// +optional
 	Store string `json:"store,omitempty"`
+	// LogUID is the uid of the Session, of this name and namespace, whose
+	// log this Session continues: set by `turnlog adopt` on a Session
+	// adopted into a new cluster or restored from a backup (which gives it
+	// a new uid), never by the manager on its own. Empty, the log is the
+	// Session's own. It may be set once, and never changed.
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[A-Za-z0-9][-A-Za-z0-9]*$')",message="storage.logUID must be the uid of an earlier Session of this name: letters, digits and '-'"
+	// +optional
+	LogUID string `json:"logUID,omitempty"`
+}
+
+// LogUID is the uid whose root holds the Session's log: spec.storage.logUID
+// for a Session adopted or restored with a new uid, else its own.
+func (s *Session) LogUID() string {
+	if s.Spec.Storage.LogUID != "" {
+		return s.Spec.Storage.LogUID
+	}
+	return string(s.UID)
 }
 
 // StoreName is the store the Session names, DefaultStore if none.
@@ -147,7 +166,7 @@ type SessionSpec struct {
 	// Storage names the store the log is kept in; it is immutable, so the
 	// log a Session was created with is the one its retention applies to.
 	// +kubebuilder:default={}
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="storage is immutable: the log stays in the store the Session was created with"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf || (!has(oldSelf.logUID) && has(self.logUID) && self.store == oldSelf.store)",message="storage is immutable: the log stays in the store the Session was created with (storage.logUID may be set once, by turnlog adopt)"
 	// +optional
 	Storage SessionStorage `json:"storage,omitempty"`
 	// Retention says whether the log is deleted with the Session. It is
@@ -358,6 +377,12 @@ type SessionStatus struct {
 	// +kubebuilder:validation:MaxLength=2048
 	// +optional
 	Location string `json:"location,omitempty"`
+	// Manifest is the digest of the Session's manifest as the manager last
+	// wrote it beside the log (session.json, what `turnlog adopt` rebuilds
+	// the Session from), so that it is written again only when it changes.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	Manifest string `json:"manifest,omitempty"`
 	// HeadSeq is the seq of the last event in the log; absent for an empty log.
 	// +optional
 	HeadSeq *int64 `json:"headSeq,omitempty"`

@@ -26,11 +26,12 @@ import (
 )
 
 // Location is where session's log lives in a store configured with
-// prefix. Nothing in it comes from the Session's spec, and the UID keeps a
-// Session deleted and created again under the same name from seeing its
-// predecessor's log.
+// prefix. Its namespace and name are the Session's own, so no Session
+// reaches another's root; the uid, its own unless `turnlog adopt` set
+// spec.storage.logUID, keeps a Session deleted and created again under the
+// same name from seeing its predecessor's log.
 func Location(prefix string, session *turnlogv1.Session) sessionlog.Location {
-	return sessionlog.Location{Prefix: prefix, Namespace: session.Namespace, Session: session.Name, UID: string(session.UID)}
+	return sessionlog.Location{Prefix: prefix, Namespace: session.Namespace, Session: session.Name, UID: session.LogUID()}
 }
 
 // RequestedAt is the value of the turnlog.dev/requested-at annotation for a

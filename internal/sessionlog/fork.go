@@ -215,9 +215,10 @@ func (s *Store) checkForkDestination(ctx context.Context, to *Log, m References,
 
 // notTheLog: key is an object of l's root that a fork into it neither
 // writes nor minds: derived data (a fork seeds the child's before its
-// log) and the pins of the child's own children.
+// log), the pins of the child's own children, and the manifest the
+// manager writes when it first sees the child.
 func notTheLog(l *Log, key string) bool {
-	return strings.HasPrefix(key, l.root+"derived/") || strings.HasPrefix(key, l.root+pinsDir)
+	return strings.HasPrefix(key, l.root+"derived/") || strings.HasPrefix(key, l.root+pinsDir) || key == l.root+manifestName
 }
 
 // pin records dst in each root m refers to, then checks that none of them

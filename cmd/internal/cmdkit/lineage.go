@@ -18,7 +18,7 @@ func ForkRecords(kube client.Reader, namespace string) compare.Records {
 		if err := kube.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, s); err != nil {
 			return compare.ForkRecord{}, err
 		}
-		r := compare.ForkRecord{UID: string(s.UID)}
+		r := compare.ForkRecord{UID: s.LogUID()}
 		if from := s.Spec.ForkedFrom; from != nil {
 			r.Source, r.SourceUID, r.Cut = from.Session, from.UID, from.CutSeq
 		}
