@@ -166,6 +166,11 @@ func (a *adopter) adoptName(ctx context.Context, roots []sessionlog.Root) error 
 	})
 	chosen := candidates[0]
 	for _, other := range candidates[1:] {
+		if !other.root.Log {
+			// A manifest alone: a Session that never had a log (or one
+			// restored and pointed elsewhere): nothing is left behind.
+			continue
+		}
 		a.report.Skipped++
 		a.printf("%s/%s: the log at uid %s is an earlier Session's of this name: left in the store, not adopted", other.root.Location.Namespace, other.root.Location.Session, other.root.Location.UID)
 	}
