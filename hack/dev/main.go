@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -208,6 +209,14 @@ func startManager(bin, kubeconfig, storeURL, logPath string, extra ...string) (*
 func importSample(ctx context.Context, cluster *localcluster.Cluster, bin, storeURL, sample string) error {
 	if err := cluster.Kubectl(ctx, "get", "session", "support-chat", "-n", "default").Run(); err == nil {
 		return nil
+	}
+	// A new cluster on the store of an earlier one: its Sessions are
+	// adopted back, not imported again beside themselves.
+	if dir, ok := strings.CutPrefix(storeURL, "file://"); ok {
+		if earlier, _ := filepath.Glob(filepath.Join(dir, "default", "support-chat", "*", "session.json")); len(earlier) > 0 {
+			fmt.Printf("\nthe store holds the Sessions of an earlier cluster: with KUBECONFIG set as below,\n  turnlog adopt --store-url %s\ngets them back (docs/backup-restore.md)\n", storeURL)
+			return nil
+		}
 	}
 	cmd := exec.CommandContext(ctx, bin, "import", "--session", "support-chat", "-n", "default", "--store-url", storeURL, sample)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+cluster.Kubeconfig)
