@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"k8s.io/utils/clock"
 	"sync"
 	"time"
 
@@ -25,8 +26,11 @@ import (
 type SessionReconciler struct {
 	client.Client
 	Recorder events.EventRecorder
-	Stores   Stores
-	Workers  Workers
+	// Clock is what spec.deleteAfterIdle is measured against; nil is the
+	// real clock (tests step a fake one).
+	Clock   clock.PassiveClock
+	Stores  Stores
+	Workers Workers
 	// PollInterval is how often a Session is looked at without a nudge: the
 	// safety net for appends made without setting turnlog.dev/requested-at.
 	// A Session current with its log backs off from it to MaxPollInterval
@@ -134,12 +138,20 @@ func (r *SessionReconciler) reconcile(ctx context.Context, req ctrl.Request) out
 		storeCtx, cancel = context.WithTimeout(ctx, r.StoreTimeout)
 	}
 	defer cancel()
+	deleted, expiresIn, err := r.expire(ctx, session)
+	if deleted || err != nil {
+		return outcome.Retry(err)
+	}
 	if wait, idle := r.reconcileIdle(storeCtx, session); idle {
-		return outcome.Wait(wait)
+		return outcome.Wait(soonest(wait, expiresIn))
 	}
 
 	s := &sessionScope{session: session, before: *session.Status.DeepCopy()}
-	err := r.runSteps(ctx, storeCtx, s)
+	err = r.runSteps(ctx, storeCtx, s)
+	noteExpiry(session)
+	if expiresIn > 0 {
+		s.result.RequeueAfter = soonest(s.result.RequeueAfter, expiresIn)
+	}
 	if r.movedAway(ctx, session) {
 		return outcome.Wait(0)
 	}
@@ -251,7 +263,7 @@ func (r *SessionReconciler) reconcileLog(ctx context.Context, s *sessionScope) e
 		return err
 	}
 	applyHead(&session.Status, s.head)
-	noteAppend(session, &s.before, time.Now())
+	noteAppend(session, &s.before, r.now())
 
 	if from := session.Spec.ForkedFrom; from != nil && s.head.Head() < from.CutSeq {
 		// The SessionFork controller is still seeding the source's prefix

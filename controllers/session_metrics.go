@@ -34,6 +34,9 @@ var (
 	replayRefusedDesc = prometheus.NewDesc("turnlog_replay_refused_blocks",
 		"Thinking blocks the provider refused in the Sessions' requests (dropped because their signature no longer matched), as status.replay.refused counts them, by the provider's reason; unmapped counts the refusals replay could not map to a block.",
 		[]string{"namespace", "reason"}, nil)
+	sessionsDueDesc = prometheus.NewDesc("turnlog_sessions_due",
+		"Sessions that spec.deleteAfterIdle deletes within the next hour or day (status.expiresAt), unless their log is appended to first.",
+		[]string{"namespace", "within"}, nil)
 	sessionForksDesc = prometheus.NewDesc("turnlog_sessionforks",
 		"SessionForks by their Succeeded condition: its status (Unknown while forking, True, False) and reason.",
 		[]string{"namespace", "succeeded", "reason"}, nil)
@@ -99,12 +102,14 @@ func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- replayDegradedDesc
 	ch <- replayMessagesDesc
 	ch <- replayRefusedDesc
+	ch <- sessionsDueDesc
 	ch <- sessionForksDesc
 }
 
 type sessionKey struct{ namespace, store, ready, reason string }
 type forkKey struct{ namespace, succeeded, reason string }
 type messagesKey struct{ namespace, replay string }
+type dueKey struct{ namespace, within string }
 
 func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
@@ -121,6 +126,8 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 	messages := map[messagesKey]float64{}
 	refused := map[messagesKey]float64{}
 	forks := map[forkKey]float64{}
+	due := map[dueKey]float64{}
+	now := time.Now()
 	for _, s := range sources {
 		var list turnlogv1.SessionList
 		// The objects are only read here; copying every Session of a large
@@ -131,6 +138,7 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 		for i := range list.Items {
 			countSession(&list.Items[i], sessions, degraded, messages)
 			countRefused(&list.Items[i], refused)
+			countDue(&list.Items[i], now, due)
 		}
 		var forkList turnlogv1.SessionForkList
 		if err := s.reader.List(ctx, &forkList, client.UnsafeDisableDeepCopy); err != nil {
@@ -152,6 +160,9 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for k, v := range refused {
 		ch <- prometheus.MustNewConstMetric(replayRefusedDesc, prometheus.GaugeValue, v, k.namespace, k.replay)
+	}
+	for k, v := range due {
+		ch <- prometheus.MustNewConstMetric(sessionsDueDesc, prometheus.GaugeValue, v, k.namespace, k.within)
 	}
 	for k, v := range forks {
 		ch <- prometheus.MustNewConstMetric(sessionForksDesc, prometheus.GaugeValue, v, k.namespace, k.succeeded, k.reason)
@@ -176,6 +187,25 @@ func countSession(s *turnlogv1.Session, sessions map[sessionKey]float64, degrade
 	messages[messagesKey{ns, "native"}] += float64(native)
 	messages[messagesKey{ns, "foreign"}] += float64(foreign)
 	messages[messagesKey{ns, "degraded"}] += float64(deg)
+}
+
+// countDue adds a Session that spec.deleteAfterIdle deletes within an
+// hour, or a day, of now; a Session with spec.deleteAfterIdle puts its
+// namespace's series in, zeros included.
+func countDue(s *turnlogv1.Session, now time.Time, due map[dueKey]float64) {
+	at := s.Status.ExpiresAt
+	if s.Spec.DeleteAfterIdle == nil || at == nil {
+		return
+	}
+	for _, w := range []struct {
+		label string
+		d     time.Duration
+	}{{"1h", time.Hour}, {"24h", 24 * time.Hour}} {
+		due[dueKey{s.Namespace, w.label}] += 0
+		if at.Time.Before(now.Add(w.d)) {
+			due[dueKey{s.Namespace, w.label}]++
+		}
+	}
 }
 
 // countRefused adds one Session's refused blocks to the gauge, by reason,

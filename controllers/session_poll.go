@@ -72,7 +72,7 @@ func (r *SessionReconciler) reconcileIdle(ctx context.Context, session *turnlogv
 	if grown, err := log.Grown(ctx, next); err != nil || grown {
 		return 0, false
 	}
-	return r.idlePoll(session, time.Now()), true
+	return r.idlePoll(session, r.now()), true
 }
 
 // settled: the status says the Session's derived data is current with a
@@ -113,7 +113,7 @@ func settled(s *turnlogv1.Session, given worker.Invocation) bool {
 // (A reconcile that failed is retried with the controller's backoff.)
 func (r *SessionReconciler) nextPoll(s *sessionScope) time.Duration {
 	if readyReasons[s.readyReason()].settled {
-		return r.idlePoll(s.session, time.Now())
+		return r.idlePoll(s.session, r.now())
 	}
 	return r.PollInterval
 }

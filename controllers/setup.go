@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"k8s.io/utils/clock"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -30,6 +31,8 @@ const (
 // Config configures the turnlog controllers.
 type Config struct {
 	Stores Stores
+	// Clock measures spec.deleteAfterIdle; nil is the real clock.
+	Clock clock.PassiveClock
 	// WorkerMode is WorkerModePod or WorkerModeLocal.
 	WorkerMode string
 	// Pool configures the worker pods in pod mode.
@@ -169,6 +172,7 @@ func setupSessions(mgr ctrl.Manager, cfg Config, recorder events.EventRecorder, 
 		PollInterval: cfg.PollInterval, MaxPollInterval: cfg.MaxPollInterval,
 		MaxWorkerFailures: cfg.WorkerMaxFailures, DeletionTimeout: cfg.DeletionTimeout,
 		StoreTimeout: cfg.StoreTimeout, queue: &fairQueue{limits: cfg.Limits}, watchdog: watch,
+		Clock: cfg.Clock,
 	}
 	if cfg.Shard != "" {
 		sessions.handover = &handover{shard: cfg.Shard, grace: HandoverGrace}

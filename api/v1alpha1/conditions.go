@@ -215,6 +215,9 @@ const (
 	EventForked = "Forked"
 	// EventForkFailed (Warning, on the SessionFork): the fork failed for good.
 	EventForkFailed = "ForkFailed"
+	// EventExpired: spec.deleteAfterIdle passed with no append; the
+	// manager deleted the Session (its retention applies to the log).
+	EventExpired = "Expired"
 )
 
 // More labels and the finalizer.

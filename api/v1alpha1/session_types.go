@@ -175,6 +175,15 @@ type SessionSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="retention is immutable: it is decided when the Session is created"
 	// +optional
 	Retention RetentionPolicy `json:"retention,omitempty"`
+	// DeleteAfterIdle, if set, deletes the Session once its log has had no
+	// append for this long (status.expiresAt says when), as `kubectl
+	// delete` would: spec.retention then says what happens to its log,
+	// and a source its forks still refer to keeps what they need. It may
+	// be changed at any time; a duration such as "720h".
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Format=duration
+	// +optional
+	DeleteAfterIdle *metav1.Duration `json:"deleteAfterIdle,omitempty"`
 	// ForkedFrom is set by the manager on the Sessions a SessionFork
 	// creates, and by no one else (an admission policy refuses it); it is
 	// immutable.
@@ -398,6 +407,12 @@ type SessionStatus struct {
 	// looks at it without a nudge (see --max-poll-interval).
 	// +optional
 	LastAppendTime *metav1.MicroTime `json:"lastAppendTime,omitempty"`
+	// ExpiresAt is when spec.deleteAfterIdle deletes the Session if its
+	// log has no append before: status.lastAppendTime (or, before the
+	// first, the Session's creation) plus spec.deleteAfterIdle. Absent
+	// without spec.deleteAfterIdle.
+	// +optional
+	ExpiresAt *metav1.Time `json:"expiresAt,omitempty"`
 	// AssembledThroughSeq is the last seq whose responses are assembled.
 	// +optional
 	AssembledThroughSeq *int64 `json:"assembledThroughSeq,omitempty"`

@@ -377,6 +377,11 @@ func (in *SessionSpec) DeepCopyInto(out *SessionSpec) {
 	*out = *in
 	out.Adapter = in.Adapter
 	out.Storage = in.Storage
+	if in.DeleteAfterIdle != nil {
+		in, out := &in.DeleteAfterIdle, &out.DeleteAfterIdle
+		*out = new(v1.Duration)
+		**out = **in
+	}
 	if in.ForkedFrom != nil {
 		in, out := &in.ForkedFrom, &out.ForkedFrom
 		*out = new(ForkOrigin)
@@ -409,6 +414,10 @@ func (in *SessionStatus) DeepCopyInto(out *SessionStatus) {
 	}
 	if in.LastAppendTime != nil {
 		in, out := &in.LastAppendTime, &out.LastAppendTime
+		*out = (*in).DeepCopy()
+	}
+	if in.ExpiresAt != nil {
+		in, out := &in.ExpiresAt, &out.ExpiresAt
 		*out = (*in).DeepCopy()
 	}
 	if in.AssembledThroughSeq != nil {
