@@ -69,6 +69,7 @@ var rows = []row{
 	{pkgs: []string{"controllers"}, may: []string{"api/...", "internal/..."}},
 	{pkgs: []string{"agenthost"}, may: []string{"api/...", "internal/..."}, never: []string{"internal/worker"}},
 	{pkgs: []string{"internal/testutil/..."}, may: []string{"api/...", "internal/...", "internal/testutil/..."}, never: notAbove},
+	{pkgs: []string{"internal/adopt"}, may: []string{"api/...", "internal/sessionio", "internal/sessionlog", "internal/store"}, never: notAbove},
 	{pkgs: []string{"internal/sessionio"}, may: []string{"api/...", "internal/sessionlog", "internal/store", "internal/turnlog"}, never: notAbove},
 	{pkgs: []string{"internal/kubeapply"}, never: notAbove},
 	domain("internal/compare", "internal/derived", "internal/replay", "internal/assembler", "internal/turnlog"),
