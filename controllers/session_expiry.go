@@ -12,6 +12,8 @@ import (
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 )
 
+// +kubebuilder:rbac:groups=turnlog.dev,resources=sessions,verbs=delete
+
 // Retention by age (spec.deleteAfterIdle): a Session whose log has had no
 // append for that long is deleted, as `kubectl delete` would delete it, so
 // that its finalizer applies spec.retention to its log and a source its
