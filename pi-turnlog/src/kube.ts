@@ -61,7 +61,8 @@ export class Kube {
 	}
 
 	/**
-	 * session returns the uid of the Session namespace/name, creating it for
+	 * session returns the uid of the log of the Session namespace/name (its
+	 * own, or the one `turnlog adopt` pointed it at), creating it for
 	 * adapter (the model pi records with) if it does not exist and create is
 	 * set.
 	 */
@@ -81,19 +82,19 @@ export class Kube {
 		if (res.status < 200 || res.status > 299) {
 			throw new Error(`Session ${namespace}/${name}: ${res.status} ${res.body?.message ?? res.body?.reason ?? ""}`.trim());
 		}
-		const uid = res.body?.metadata?.uid;
+		const uid = logUID(res.body);
 		if (!uid) throw new Error(`Session ${namespace}/${name}: the API server gave no uid`);
 		return uid;
 	}
 
-	/** uidOf is the uid of the Session namespace/name; undefined if there is none. */
+	/** uidOf is the uid of the log of the Session namespace/name; undefined if there is none. */
 	async uidOf(namespace: string, name: string): Promise<string | undefined> {
 		const res = await this.request("GET", `${GROUP}/namespaces/${encodeURIComponent(namespace)}/sessions/${encodeURIComponent(name)}`);
 		if (res.status === 404) return undefined;
-		if (res.status < 200 || res.status > 299 || !res.body?.metadata?.uid) {
+		if (res.status < 200 || res.status > 299 || !logUID(res.body)) {
 			throw new Error(`Session ${namespace}/${name}: ${res.status} ${res.body?.message ?? res.body?.reason ?? ""}`.trim());
 		}
-		return res.body.metadata.uid;
+		return logUID(res.body);
 	}
 
 	/**
@@ -182,4 +183,13 @@ export interface ForkStatus {
 	childName: string;
 	cutSeq: number;
 	cutTurn: number;
+}
+
+/**
+ * logUID is the uid whose root holds a Session's log: spec.storage.logUID
+ * for a Session `turnlog adopt` adopted or restored with a new uid, else
+ * its own (docs/backup-restore.md).
+ */
+function logUID(session: any): string | undefined {
+	return session?.spec?.storage?.logUID || session?.metadata?.uid;
 }
