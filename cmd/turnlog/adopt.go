@@ -41,6 +41,11 @@ func runAdopt(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	if err := store.CheckURL(sf.URL); err != nil {
 		return usageError(fs, fmt.Errorf("--store-url: %w", err))
 	}
+	if sf.Prefix != "" {
+		if err := store.ValidateKey(sf.Prefix); err != nil {
+			return usageError(fs, fmt.Errorf("--store-prefix %q: %w", sf.Prefix, err))
+		}
+	}
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = *kubeconfig
 	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: *kubeContext})
