@@ -32,6 +32,7 @@ func runAdopt(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	namespace := fs.String("namespace", "", "adopt the Sessions of this namespace only; default: every namespace in the store")
 	fs.StringVar(namespace, "n", "", "shorthand for --namespace")
 	dryRun := fs.Bool("dry-run", false, "list what would be created or restored, and do nothing")
+	qps := fs.Float64("kube-qps", 100, "requests a second to the API server (bursts of twice that); adopt makes about two a Session")
 	if code, ok := noArgs(fs, args); !ok {
 		return code
 	}
@@ -49,9 +50,9 @@ func runAdopt(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = *kubeconfig
 	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: *kubeContext})
-	// Every namespace unless one is asked for: the context's own is not
-	// a default here.
-	kube, _, err := cmdkit.Client(cc, *namespace)
+	// Two requests a Session: at client-go's default of 5 a second, a
+	// store of 10,000 Sessions would take over an hour.
+	kube, _, err := cmdkit.ClientAt(cc, *namespace, float32(*qps))
 	if err != nil {
 		return fail(stderr, "adopt", err)
 	}

@@ -188,25 +188,41 @@ func (a *adopter) adopt(ctx context.Context, chosen found) error {
 	want := chosen.session
 	key := client.ObjectKeyFromObject(want)
 	loc := chosen.root.Location
-	have := &turnlogv1.Session{}
-	err := a.Kube.Get(ctx, key, have)
-	switch {
-	case apierrors.IsNotFound(err):
-		if err := a.ensureNamespace(ctx, want.Namespace); err != nil {
-			return err
-		}
-		if !a.DryRun {
-			if err := a.Kube.Create(ctx, want); err != nil {
-				if apierrors.IsInvalid(err) || apierrors.IsForbidden(err) {
-					a.refuse(ctx, loc, "the API server refused the Session: "+err.Error())
-					return nil
-				}
-				return fmt.Errorf("create Session %s: %w", key, err)
-			}
-		}
+	created := func() error {
 		a.report.Created++
 		a.printf("session/%s created in namespace %s from the log at uid %s%s", want.Name, want.Namespace, loc.UID, lineage(want))
 		return nil
+	}
+	have := &turnlogv1.Session{}
+	var err error
+	if a.DryRun {
+		if err = a.Kube.Get(ctx, key, have); apierrors.IsNotFound(err) {
+			if err := a.ensureNamespace(ctx, want.Namespace); err != nil {
+				return err
+			}
+			return created()
+		}
+	} else {
+		// Created first, looked at only when the name is taken: a
+		// cluster that lost its Sessions has none of them, and one
+		// request a Session is half the time of two.
+		if err := a.ensureNamespace(ctx, want.Namespace); err != nil {
+			return err
+		}
+		err = a.Kube.Create(ctx, want.DeepCopy())
+		switch {
+		case err == nil:
+			return created()
+		case apierrors.IsAlreadyExists(err):
+			err = a.Kube.Get(ctx, key, have)
+		case apierrors.IsInvalid(err) || apierrors.IsForbidden(err):
+			a.refuse(ctx, loc, "the API server refused the Session: "+err.Error())
+			return nil
+		default:
+			return fmt.Errorf("create Session %s: %w", key, err)
+		}
+	}
+	switch {
 	case err != nil:
 		return fmt.Errorf("get Session %s: %w", key, err)
 	case have.LogUID() == loc.UID:

@@ -60,7 +60,7 @@ func BenchmarkAdopt(b *testing.B) {
 				}
 			}
 			for range b.N {
-				cp := controlplane.Start(b, "../..", controlplane.Options{QPS: 200, Burst: 400})
+				cp := controlplane.Start(b, "../..", controlplane.Options{QPS: 100, Burst: 200}) // turnlog adopt's --kube-qps
 				var report adopt.Report
 				peak, took := heappeak.Over(1<<30, func() {
 					report, err = adopt.Run(ctx, adopt.Options{Kube: cp.Client, Logs: logs, Out: io.Discard})

@@ -58,6 +58,14 @@ func (f *StoreFlags) Open(ctx context.Context) (*agenthost.Store, error) {
 // cluster cc names, and namespace, or if it is empty the namespace of
 // cc's context. The client can watch, for `turnlog ui`'s live lists.
 func Client(cc clientcmd.ClientConfig, namespace string) (client.WithWatch, string, error) {
+	return ClientAt(cc, namespace, 0)
+}
+
+// ClientAt is Client with client-go's request rate limit set to qps a
+// second (bursts of twice that); 0 keeps client-go's default of 5, which
+// suits a command that makes a few requests, not one that makes one per
+// Session of a store.
+func ClientAt(cc clientcmd.ClientConfig, namespace string, qps float32) (client.WithWatch, string, error) {
 	if namespace == "" {
 		var err error
 		if namespace, _, err = cc.Namespace(); err != nil {
@@ -67,6 +75,9 @@ func Client(cc clientcmd.ClientConfig, namespace string) (client.WithWatch, stri
 	cfg, err := cc.ClientConfig()
 	if err != nil {
 		return nil, "", err
+	}
+	if qps > 0 {
+		cfg.QPS, cfg.Burst = qps, int(2*qps)
 	}
 	scheme := runtime.NewScheme()
 	utilruntime.Must(turnlogv1.AddToScheme(scheme))
