@@ -26,28 +26,14 @@ import (
 // manifests beside their logs, with no log rewritten and no worker run
 // repeated.
 var _ = Describe("Adoption from the store", Ordered, func() {
+	m := localManager("adopt")
 	var (
 		ns     string
-		stores *BucketCache
 		bucket store.Bucket
 		sio    *SessionIO
-		stop   func()
 		log    = readLog("aborted-turn.jsonl")
 	)
-
-	BeforeAll(func() {
-		ns = newNamespace("adopt")
-		stores = storesAt("mem://")
-		var err error
-		bucket, err = stores.buckets.Bucket(ctx, "mem://")
-		Expect(err).NotTo(HaveOccurred())
-		sio = &SessionIO{Client: k8sClient, Stores: stores}
-		stop = startManager(ns, Config{Stores: stores, WorkerMode: WorkerModeLocal, PollInterval: time.Hour})
-	})
-	AfterAll(func() {
-		stop()
-		Expect(stores.Close()).To(Succeed())
-	})
+	BeforeAll(func() { ns, bucket, sio = m.ns, m.bucket(), m.sio })
 
 	// adoptNamespace runs `turnlog adopt --namespace ns`.
 	adoptNamespace := func(dryRun bool) (adopt.Report, string) {
@@ -177,7 +163,7 @@ var _ = Describe("Adoption from the store", Ordered, func() {
 		objectsBeforeAdopt = storedObjects()
 		// The cluster loses the objects, not the store: the manager is
 		// stopped, so nothing applies the retention as they go.
-		stop()
+		m.stop()
 		var all turnlogv1.SessionList
 		Expect(k8sClient.List(ctx, &all, client.InNamespace(ns))).To(Succeed())
 		for i := range all.Items {
@@ -192,7 +178,7 @@ var _ = Describe("Adoption from the store", Ordered, func() {
 		for i := range forks.Items {
 			Expect(k8sClient.Delete(ctx, &forks.Items[i])).To(Succeed())
 		}
-		stop = startManager(ns, Config{Stores: stores, WorkerMode: WorkerModeLocal, PollInterval: time.Hour})
+		m.stop = startManager(ns, m.conf)
 
 		report, out := adoptNamespace(true)
 		Expect(report.Created).To(Equal(2), out)

@@ -19,38 +19,15 @@ import (
 
 // Deleting a Session, with each spec.retention.
 var _ = Describe("Session deletion", Ordered, func() {
+	m := localManager("deletion")
 	var (
 		ns     string
-		stores *BucketCache
 		bucket store.Bucket
 		sio    *SessionIO
-		stop   func()
 	)
+	BeforeAll(func() { ns, bucket, sio = m.ns, m.bucket(), m.sio })
 
-	BeforeAll(func() {
-		ns = newNamespace("deletion")
-		stores = storesAt("mem://")
-		var err error
-		bucket, err = stores.buckets.Bucket(ctx, "mem://")
-		Expect(err).NotTo(HaveOccurred())
-		sio = &SessionIO{Client: k8sClient, Stores: stores}
-		stop = startManager(ns, Config{Stores: stores, WorkerMode: WorkerModeLocal, PollInterval: time.Hour})
-	})
-	AfterAll(func() {
-		stop()
-		Expect(stores.Close()).To(Succeed())
-	})
-
-	// objects lists the keys stored for a Session.
-	objects := func(s *turnlogv1.Session) []string {
-		GinkgoHelper()
-		var keys []string
-		for o, err := range bucket.List(ctx, fmt.Sprintf("%s/%s/%s/", s.Namespace, s.Name, s.UID)) {
-			Expect(err).NotTo(HaveOccurred())
-			keys = append(keys, o.Key)
-		}
-		return keys
-	}
+	objects := func(s *turnlogv1.Session) []string { return rootKeys(bucket, s) }
 	imported := func(name string, retention turnlogv1.RetentionPolicy) *turnlogv1.Session {
 		GinkgoHelper()
 		s := &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: turnlogv1.SessionSpec{Retention: retention}}

@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"bytes"
-	"fmt"
 	"testing"
 	"time"
 
@@ -22,41 +21,18 @@ import (
 // Retention by age: spec.deleteAfterIdle, measured against a fake clock
 // the spec steps (no test waits real hours).
 var _ = Describe("Retention by age", Ordered, func() {
+	clock := clocktesting.NewFakeClock(time.Now())
+	m := localManager("expiry", func(c *Config) { c.Clock = clock })
 	var (
 		ns     string
-		stores *BucketCache
 		bucket store.Bucket
 		sio    *SessionIO
-		stop   func()
-		clock  *clocktesting.FakeClock
 		log    = readLog("aborted-turn.jsonl")
 	)
-
-	BeforeAll(func() {
-		ns = newNamespace("expiry")
-		stores = storesAt("mem://")
-		var err error
-		bucket, err = stores.buckets.Bucket(ctx, "mem://")
-		Expect(err).NotTo(HaveOccurred())
-		sio = &SessionIO{Client: k8sClient, Stores: stores}
-		clock = clocktesting.NewFakeClock(time.Now())
-		stop = startManager(ns, Config{Stores: stores, WorkerMode: WorkerModeLocal, PollInterval: time.Hour, Clock: clock})
-	})
-	AfterAll(func() {
-		stop()
-		Expect(stores.Close()).To(Succeed())
-	})
+	BeforeAll(func() { ns, bucket, sio = m.ns, m.bucket(), m.sio })
 
 	idleFor := func(d time.Duration) *metav1.Duration { return &metav1.Duration{Duration: d} }
-	objects := func(s *turnlogv1.Session) []string {
-		GinkgoHelper()
-		var keys []string
-		for o, err := range bucket.List(ctx, fmt.Sprintf("%s/%s/%s/", s.Namespace, s.Name, s.UID)) {
-			Expect(err).NotTo(HaveOccurred())
-			keys = append(keys, o.Key)
-		}
-		return keys
-	}
+	objects := func(s *turnlogv1.Session) []string { return rootKeys(bucket, s) }
 	create := func(name string, idle *metav1.Duration) *turnlogv1.Session {
 		GinkgoHelper()
 		s := &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: turnlogv1.SessionSpec{DeleteAfterIdle: idle}}

@@ -23,6 +23,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/store"
 )
 
 // startManager runs the turnlog controllers for one namespace, as
@@ -181,24 +182,51 @@ type managed struct {
 	ns     string
 	stores *BucketCache
 	sio    *SessionIO
+	// conf is the manager's configuration; stop stops it (a spec that
+	// stops it starts it again with startManager(m.ns, m.conf)).
+	conf Config
+	stop func()
 }
 
 // localManager registers, in the calling Ordered container, what most
 // specs start from: a namespace of their own named after prefix, an
 // in-memory store, a SessionIO on it, and the controllers with local
-// workers watching the namespace until the container's specs are done.
-func localManager(prefix string) *managed {
+// workers watching the namespace until the container's specs are done;
+// with, if given, changes their configuration.
+func localManager(prefix string, with ...func(*Config)) *managed {
 	m := &managed{}
-	var stop func()
 	BeforeAll(func() {
 		m.ns = newNamespace(prefix)
 		m.stores = storesAt("mem://")
 		m.sio = &SessionIO{Client: k8sClient, Stores: m.stores}
-		stop = startManager(m.ns, Config{Stores: m.stores, WorkerMode: WorkerModeLocal, PollInterval: time.Hour})
+		m.conf = Config{Stores: m.stores, WorkerMode: WorkerModeLocal, PollInterval: time.Hour}
+		for _, w := range with {
+			w(&m.conf)
+		}
+		m.stop = startManager(m.ns, m.conf)
 	})
 	AfterAll(func() {
-		stop()
+		m.stop()
 		Expect(m.stores.Close()).To(Succeed())
 	})
 	return m
+}
+
+// bucket is the in-memory store the manager's Sessions are in.
+func (m *managed) bucket() store.Bucket {
+	GinkgoHelper()
+	b, err := m.stores.buckets.Bucket(ctx, "mem://")
+	Expect(err).NotTo(HaveOccurred())
+	return b
+}
+
+// rootKeys lists the keys stored under a Session's own root.
+func rootKeys(b store.Bucket, s *turnlogv1.Session) []string {
+	GinkgoHelper()
+	var keys []string
+	for o, err := range b.List(ctx, fmt.Sprintf("%s/%s/%s/", s.Namespace, s.Name, s.UID)) {
+		Expect(err).NotTo(HaveOccurred())
+		keys = append(keys, o.Key)
+	}
+	return keys
 }
