@@ -19,7 +19,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
@@ -104,12 +103,11 @@ type adopter struct {
 	namespaces map[string]bool // known to exist (or, in a dry run, to be created)
 }
 
-// found is one root of a name whose manifest reads.
+// found is one root of a name whose manifest reads, and the Session to
+// create from it.
 type found struct {
 	root    sessionlog.Root
 	session *turnlogv1.Session
-	uid     types.UID // the uid the Session had when the manifest was written
-	created time.Time
 }
 
 // adoptName adopts one Session name from its roots: the newest of those
@@ -143,12 +141,12 @@ func (a *adopter) adoptName(ctx context.Context, roots []sessionlog.Root) error 
 		if err != nil {
 			return err
 		}
-		s, uid, err := sessionio.ReadManifest(data, loc)
+		s, _, err := sessionio.ReadManifest(data, loc)
 		if err != nil {
 			a.refuse(ctx, loc, err.Error())
 			continue
 		}
-		candidates = append(candidates, found{root: r, session: s, uid: uid, created: s.CreationTimestamp.Time})
+		candidates = append(candidates, found{root: r, session: s})
 	}
 	if len(candidates) == 0 {
 		return nil
@@ -162,7 +160,7 @@ func (a *adopter) adoptName(ctx context.Context, roots []sessionlog.Root) error 
 			}
 			return 1
 		}
-		return y.created.Compare(x.created)
+		return y.session.CreationTimestamp.Compare(x.session.CreationTimestamp.Time)
 	})
 	chosen := candidates[0]
 	for _, other := range candidates[1:] {
