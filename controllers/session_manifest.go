@@ -29,6 +29,12 @@ func (r *SessionReconciler) writeManifest(ctx context.Context, s *sessionScope, 
 	if s.session.Status.Manifest == digest {
 		return nil
 	}
+	if wait := r.handoverWait(s.session.UID); wait > 0 {
+		// The shard the Session came from may still be writing under its
+		// root; nothing is written there until that has stopped.
+		s.result.RequeueAfter = soonest(s.result.RequeueAfter, wait)
+		return nil
+	}
 	if err := lg.PutManifest(ctx, data); err != nil {
 		return fmt.Errorf("write the Session's manifest beside its log: %w", err)
 	}

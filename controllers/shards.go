@@ -13,6 +13,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -145,16 +146,8 @@ func (r *SessionReconciler) shardMoves() predicate.Predicate {
 // of it; if so it says so in the Ready condition and looks again when the
 // grace is over.
 func (r *SessionReconciler) handingOver(s *sessionScope, run WorkerRun) bool {
-	if r.handover == nil {
-		return false
-	}
-	since, ok := r.handover.arrivals.Load(s.session.UID)
-	if !ok {
-		return false
-	}
-	wait := r.handover.grace - time.Since(since.(time.Time))
+	wait := r.handoverWait(s.session.UID)
 	if wait <= 0 {
-		r.handover.arrivals.Delete(s.session.UID)
 		return false
 	}
 	s.ready = &condition{turnlogv1.ReasonWorkPending, fmt.Sprintf(
@@ -162,6 +155,24 @@ func (r *SessionReconciler) handingOver(s *sessionScope, run WorkerRun) bool {
 		run.Task, run.Name, wait.Round(time.Second), r.handover.shard)}
 	s.result.RequeueAfter = wait
 	return true
+}
+
+// handoverWait is how long writes of the Session with uid must still
+// wait because it has just come from another shard, or 0.
+func (r *SessionReconciler) handoverWait(uid types.UID) time.Duration {
+	if r.handover == nil {
+		return 0
+	}
+	since, ok := r.handover.arrivals.Load(uid)
+	if !ok {
+		return 0
+	}
+	wait := r.handover.grace - time.Since(since.(time.Time))
+	if wait <= 0 {
+		r.handover.arrivals.Delete(uid)
+		return 0
+	}
+	return wait
 }
 
 // movedAway reports whether session has left this manager's shard while it

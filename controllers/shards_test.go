@@ -23,6 +23,7 @@ import (
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/internal/kubeapply"
+	"github.com/turnlog/turnlog/internal/sessionio"
 	"github.com/turnlog/turnlog/internal/testutil/loggen"
 	"github.com/turnlog/turnlog/internal/testutil/shardpolicy"
 	"github.com/turnlog/turnlog/internal/turnlog"
@@ -304,6 +305,17 @@ var _ = Describe("Shards", Ordered, func() {
 		transcript, _, err := sio.Transcript(ctx, moving.Namespace, moving.Name, func(a turnlog.Adapter) turnlog.Adapter { return a })
 		Expect(err).NotTo(HaveOccurred())
 		Expect(transcript.ThroughSeq).To(Equal(eventsIn(logOf(written))-1), "the stored transcript reaches the last turn")
+
+		By("its manifest, written by shard 1 once the handover was over, naming shard 1 for an adoption")
+		Eventually(func(g Gomega) string {
+			_, lg, err := sio.session(ctx, moving.Namespace, moving.Name)
+			g.Expect(err).NotTo(HaveOccurred())
+			data, err := lg.Manifest(ctx)
+			g.Expect(err).NotTo(HaveOccurred())
+			stored, _, err := sessionio.ReadManifest(data, lg.Location())
+			g.Expect(err).NotTo(HaveOccurred())
+			return stored.Labels[turnlogv1.LabelShard]
+		}).Should(Equal("1"))
 	})
 
 	It("lets only a requester allowed to update sessions/shard move a Session: a tenant is refused in one line, an admin and an operator are not", func() {
