@@ -22,7 +22,7 @@ func chunk(turn, i int) []byte {
 // appending to the same log at once.
 func BenchmarkAppend(b *testing.B) {
 	srv := versitygw.Start(b)
-	bucket := openURL(b, srv.URL, srv.Options())
+	bucket := storetest.Open(b, srv.URL, srv.Options())
 	for _, c := range []struct{ writers, batch int }{{1, 1}, {1, 100}, {4, 1}} {
 		b.Run(fmt.Sprintf("writers=%d/events=%d", c.writers, c.batch), func(b *testing.B) {
 			lg := openLog(b, bucket, sessionlog.Location{Namespace: "bench", Session: fmt.Sprintf("w%d-e%d", c.writers, c.batch), UID: fmt.Sprint(b.N)})
@@ -65,10 +65,10 @@ func BenchmarkCopyPrefix(b *testing.B) {
 		sizes []int
 	}
 	cases := []backendCase{
-		{"mem", func(t testing.TB) store.Bucket { return openURL(t, "mem://", nil) }, []int{1e3, 1e5, 1e6}},
+		{"mem", func(t testing.TB) store.Bucket { return storetest.Open(t, "mem://", nil) }, []int{1e3, 1e5, 1e6}},
 		{"versitygw", func(t testing.TB) store.Bucket {
 			srv := versitygw.Start(t)
-			return openURL(t, srv.URL, srv.Options())
+			return storetest.Open(t, srv.URL, srv.Options())
 		}, []int{1e3, 1e5}},
 	}
 	for _, bc := range cases {
@@ -127,7 +127,7 @@ func buildLog(b *testing.B, lg *sessionlog.Log, n, segSize int) {
 // back through every segment, as the manager does for a turn that streams
 // on), and a Read of the whole log (export, the workers), on file://.
 func BenchmarkReadLog(b *testing.B) {
-	bucket := openURL(b, "file://"+b.TempDir(), nil)
+	bucket := storetest.Open(b, "file://"+b.TempDir(), nil)
 	lg := openLog(b, bucket, sessionlog.Location{Namespace: "bench", Session: "stream", UID: "u1"})
 	events := [][]byte{ev("turn/start", 1, "")}
 	for i := range 300_000 {
@@ -181,10 +181,10 @@ func BenchmarkFork(b *testing.B) {
 		name string
 		open func(testing.TB) store.Bucket
 	}{
-		{"file", func(t testing.TB) store.Bucket { return openURL(t, "file://"+t.TempDir(), nil) }},
+		{"file", func(t testing.TB) store.Bucket { return storetest.Open(t, "file://"+t.TempDir(), nil) }},
 		{"versitygw", func(t testing.TB) store.Bucket {
 			srv := versitygw.Start(t)
-			return openURL(t, srv.URL, srv.Options())
+			return storetest.Open(t, srv.URL, srv.Options())
 		}},
 	}
 	type forkFunc func(s *sessionlog.Store, src, dst sessionlog.Location, cut int64) error

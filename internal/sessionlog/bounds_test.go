@@ -42,7 +42,7 @@ func wantDataError(t *testing.T, what string, err error, parts ...string) {
 // TestLineLimit: a stored line over the line limit is refused by every
 // reader, naming the segment, line and seq, without reading it whole.
 func TestLineLimit(t *testing.T) {
-	mem := openURL(t, "mem://", nil)
+	mem := storetest.Open(t, "mem://", nil)
 	lg := openLog(t, mem, loc)
 	long := `{"seq":1,"type":"a","x":"` + strings.Repeat("y", sessionlog.MaxLineBytes) + `"}` + "\n"
 	key := root + "log/00000000000000000000.jsonl"
@@ -63,7 +63,7 @@ func TestLineLimit(t *testing.T) {
 // TestSegmentLimit: a segment over MaxSegmentBytes is refused by readers
 // with its key and size, and no writer creates one.
 func TestSegmentLimit(t *testing.T) {
-	mem := openURL(t, "mem://", nil)
+	mem := storetest.Open(t, "mem://", nil)
 	lg := openLog(t, mem, loc)
 	var seg bytes.Buffer
 	line := strings.Repeat("z", 1<<20)
@@ -118,7 +118,7 @@ func segmentSizes(t *testing.T, b store.Bucket, prefix string) []int64 {
 // TestAppendSplits: Append and AppendAt write a batch over the split size
 // as consecutive segments, seqs dense, and report where the batch starts.
 func TestAppendSplits(t *testing.T) {
-	mem := openURL(t, "mem://", nil)
+	mem := storetest.Open(t, "mem://", nil)
 	lg := openLog(t, mem, loc)
 	a := lg.NewAppender("")
 	a.SetSplitBytes(1000)
@@ -155,7 +155,7 @@ func TestAppendSplits(t *testing.T) {
 // TestDerivedLimit: a derived object over the reader's limit is refused
 // with its key and size.
 func TestDerivedLimit(t *testing.T) {
-	mem := openURL(t, "mem://", nil)
+	mem := storetest.Open(t, "mem://", nil)
 	lg := openLog(t, mem, loc)
 	if err := lg.PutDerived(ctx(t), "replay/x/checkpoint.json", bytes.Repeat([]byte("1"), 5000)); err != nil {
 		t.Fatal(err)
@@ -170,7 +170,7 @@ func TestDerivedLimit(t *testing.T) {
 // TestCopyPrefixPieces: the segment holding a fork's cut is rewritten in
 // pieces of at most SplitBytes, so a copy never holds the segment.
 func TestCopyPrefixPieces(t *testing.T) {
-	mem := openURL(t, "mem://", nil)
+	mem := storetest.Open(t, "mem://", nil)
 	src := openLog(t, mem, loc)
 	a := src.NewAppender("")
 	a.SetSplitBytes(sessionlog.MaxSegmentBytes) // one segment of ~10 MiB
@@ -208,7 +208,7 @@ func TestCopyPrefixPieces(t *testing.T) {
 // Large segments are still copied inside the service, and a small segment
 // whose lines are not what the listing says fails the copy by name.
 func TestCopyPrefixMergesSmallSegments(t *testing.T) {
-	c := storetest.NewCounting(openURL(t, "mem://", nil))
+	c := storetest.NewCounting(storetest.Open(t, "mem://", nil))
 	src := openLog(t, c, loc)
 	a := src.NewAppender("")
 	appendOne := func(e []byte) {

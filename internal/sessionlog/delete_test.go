@@ -10,6 +10,7 @@ import (
 
 	"github.com/turnlog/turnlog/internal/sessionlog"
 	"github.com/turnlog/turnlog/internal/store"
+	"github.com/turnlog/turnlog/internal/testutil/storetest"
 )
 
 // cancellingBucket cancels a context once it has deleted after objects:
@@ -34,7 +35,7 @@ func (b *cancellingBucket) Delete(ctx context.Context, key string) error {
 // and leaves the rest for a later try.
 func TestDeleteStopsAtTheDeadline(t *testing.T) {
 	const objects = 2000
-	mem := openURL(t, "mem://", nil)
+	mem := storetest.Open(t, "mem://", nil)
 	loc := sessionlog.Location{Namespace: "team-a", Session: "big", UID: "0d9e"}
 	root, _ := loc.Root()
 	for i := range objects {

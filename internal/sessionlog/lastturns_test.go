@@ -35,7 +35,7 @@ func lastTurnsWant(all []sessionlog.Event, before int64, n int) []int64 {
 // a turn split over segments, events between turns and an open last turn,
 // is the run of seqs it should be, and checks out as events.
 func TestLastTurns(t *testing.T) {
-	lg := openLog(t, openURL(t, "mem://", nil), loc)
+	lg := openLog(t, storetest.Open(t, "mem://", nil), loc)
 	a := lg.NewAppender("")
 	batches := [][][]byte{
 		{ev("session/start", 0, ""), ev("turn/start", 1, ""), ev("user/message", 1, `,"content":"a"`), ev("turn/end", 1, `,"reason":"stop"`),
@@ -75,7 +75,7 @@ func TestLastTurns(t *testing.T) {
 
 // The last turns of a long log are read from its last segments alone.
 func TestLastTurnsReadsOnlyTheirSegments(t *testing.T) {
-	c := storetest.NewCounting(openURL(t, "mem://", nil))
+	c := storetest.NewCounting(storetest.Open(t, "mem://", nil))
 	lg := openLog(t, c, loc)
 	writeTurns(t, lg, 40, 8, false) // 40 segments of one turn each
 	for _, n := range []int{1, 3, 40, 50} {

@@ -9,7 +9,7 @@ import (
 // TestGrown: a log is seen to grow past a seq, whoever appended and however
 // the appends were batched, with one request and no listing.
 func TestGrown(t *testing.T) {
-	b := storetest.NewCounting(openURL(t, "file://"+t.TempDir(), nil))
+	b := storetest.NewCounting(storetest.Open(t, "file://"+t.TempDir(), nil))
 	lg := openLog(t, b, loc)
 	grown := func(next int64) bool {
 		t.Helper()

@@ -22,7 +22,7 @@ import (
 // requests: both ways yield the same events, and a stop ends the Read.
 func TestReadAheadReadsWhatStreamingReads(t *testing.T) {
 	big := strings.Repeat("x", sessionlog.ReadAheadMaxBytes/4)
-	bucket := openURL(t, "mem://", nil)
+	bucket := storetest.Open(t, "mem://", nil)
 	lg := openLog(t, bucket, sessionlog.Location{Namespace: "ra", Session: "mixed", UID: "u"})
 	a := lg.NewAppender("")
 	var want []string
@@ -117,7 +117,7 @@ func (f *failingReads) NewRangeReader(ctx context.Context, key string, offset, l
 // events, with read-ahead and one GET after another.
 func BenchmarkReadManySmallSegments(b *testing.B) {
 	srv := versitygw.Start(b)
-	lg := openLog(b, openURL(b, srv.URL, srv.Options()), sessionlog.Location{Namespace: "bench", Session: "small-segments", UID: "u"})
+	lg := openLog(b, storetest.Open(b, srv.URL, srv.Options()), sessionlog.Location{Namespace: "bench", Session: "small-segments", UID: "u"})
 	const segments, perSegment = 2000, 5
 	buildLog(b, lg, segments*perSegment, perSegment)
 	for _, ahead := range []int{8, 0} {
@@ -140,7 +140,7 @@ func BenchmarkReadManySmallSegments(b *testing.B) {
 // with each copied as it is.
 func BenchmarkForkManySmallSegments(b *testing.B) {
 	srv := versitygw.Start(b)
-	bucket := storetest.NewCounting(openURL(b, srv.URL, srv.Options()))
+	bucket := storetest.NewCounting(storetest.Open(b, srv.URL, srv.Options()))
 	src := sessionlog.Location{Namespace: "bench", Session: "small-segments", UID: "u"}
 	const segments, perSegment = 2000, 5
 	buildLog(b, openLog(b, bucket, src), segments*perSegment, perSegment)

@@ -25,7 +25,7 @@ const fixtureDir = "../../testdata/stores/forked"
 // log, a fork and a fork of that fork by reference, to exactly the bytes
 // its expected/ holds, as `turnlog export` prints them.
 func TestForkTreeFixture(t *testing.T) {
-	b := openURL(t, "file://"+copyTree(t, filepath.Join(fixtureDir, "store")), nil)
+	b := storetest.Open(t, "file://"+copyTree(t, filepath.Join(fixtureDir, "store")), nil)
 	for _, tc := range []struct{ session, uid string }{{"src", "u1"}, {"mid", "u2"}, {"leaf", "u3"}} {
 		want, err := os.ReadFile(filepath.Join(fixtureDir, "expected", tc.session+".jsonl"))
 		if err != nil {
@@ -96,7 +96,7 @@ func TestForgedReferencesAreRefused(t *testing.T) {
 			if err := os.WriteFile(manifest, []byte(tc.manifest), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			lg := openLog(t, openURL(t, "file://"+dir, nil), sessionlog.Location{Namespace: "ns", Session: "leaf", UID: "u3"})
+			lg := openLog(t, storetest.Open(t, "file://"+dir, nil), sessionlog.Location{Namespace: "ns", Session: "leaf", UID: "u3"})
 			var err error
 			for _, e := range lg.Read(ctx(t), 0, 1<<62) {
 				if e != nil {
@@ -119,7 +119,7 @@ func TestForgedReferencesAreRefused(t *testing.T) {
 func TestForkWritesTheCutSegmentAlone(t *testing.T) {
 	requests := map[int]int64{}
 	for _, segments := range []int{10, 100, 1000} {
-		c := storetest.NewCounting(openURL(t, "mem://", nil))
+		c := storetest.NewCounting(storetest.Open(t, "mem://", nil))
 		s := sessionlog.New(c)
 		src := sessionlog.Location{Namespace: "ns", Session: "long", UID: "u-src"}
 		app := openLog(t, c, src).NewAppender("w")
@@ -338,7 +338,7 @@ func runForkTree(t *testing.T, b store.Bucket, seed uint64, steps int) {
 // to, whose listings grow with their history: the manager reads every
 // Session's head at each poll.
 func TestChildHeadListsNoReference(t *testing.T) {
-	c := storetest.NewCounting(openURL(t, "mem://", nil))
+	c := storetest.NewCounting(storetest.Open(t, "mem://", nil))
 	src := sessionlog.Location{Namespace: "ns", Session: "long", UID: "u-src"}
 	app := openLog(t, c, src).NewAppender("w")
 	for i := range 50 {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/turnlog/turnlog/internal/sessionlog"
 	"github.com/turnlog/turnlog/internal/store"
+	"github.com/turnlog/turnlog/internal/testutil/storetest"
 )
 
 // On a file:// store a host can put links and FIFOs in its Session's root.
@@ -18,7 +19,7 @@ import (
 // the deletion fails without removing anything.
 func TestDeleteRemovesLinksNotTheirTargets(t *testing.T) {
 	dir := t.TempDir()
-	b := openURL(t, "file://"+dir, nil)
+	b := storetest.Open(t, "file://"+dir, nil)
 	s := sessionlog.New(b)
 	own := sessionlog.Location{Namespace: "team-a", Session: "s", UID: "1"}
 	other := sessionlog.Location{Namespace: "team-b", Session: "v", UID: "2"}

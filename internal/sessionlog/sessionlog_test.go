@@ -33,22 +33,12 @@ type backend struct {
 	appends int
 }
 
-func openURL(t testing.TB, url string, opts *store.Options) store.Bucket {
-	t.Helper()
-	b, err := store.Open(context.Background(), url, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	return b
-}
-
 var backends = []backend{
-	{"mem", func(t testing.TB) store.Bucket { return openURL(t, "mem://", nil) }, 1000},
-	{"file", func(t testing.TB) store.Bucket { return openURL(t, "file://"+t.TempDir(), nil) }, 250},
+	{"mem", func(t testing.TB) store.Bucket { return storetest.Open(t, "mem://", nil) }, 1000},
+	{"file", func(t testing.TB) store.Bucket { return storetest.Open(t, "file://"+t.TempDir(), nil) }, 250},
 	{"versitygw", func(t testing.TB) store.Bucket {
 		srv := versitygw.Start(t)
-		return openURL(t, srv.URL, srv.Options())
+		return storetest.Open(t, srv.URL, srv.Options())
 	}, 40},
 }
 
@@ -200,7 +190,7 @@ func runConcurrentAppenders(t *testing.T, b store.Bucket, writers, appends int) 
 // TestAmbiguousWriteIsNotRepeated: the first write lands but its answer is
 // lost; the retry must recognise it instead of storing the batch again.
 func TestAmbiguousWriteIsNotRepeated(t *testing.T) {
-	mem := openURL(t, "mem://", nil)
+	mem := storetest.Open(t, "mem://", nil)
 	f := storetest.NewFaulty(mem, 1, storetest.Rates{})
 	lg := openLog(t, f, loc)
 	a := lg.NewAppender("host-1")
@@ -225,7 +215,7 @@ func TestAmbiguousWriteIsNotRepeated(t *testing.T) {
 func TestLandedWriteIsRecognised(t *testing.T) {
 	for _, fault := range []storetest.Fault{storetest.ExistsAfterSuccess, storetest.BrokenAfterSuccess} {
 		t.Run(fault.String(), func(t *testing.T) {
-			f := storetest.NewFaulty(openURL(t, "mem://", nil), 1, storetest.Rates{})
+			f := storetest.NewFaulty(storetest.Open(t, "mem://", nil), 1, storetest.Rates{})
 			lg := openLog(t, f, loc)
 			a := lg.NewAppender("host-1")
 			if err := a.AppendAt(ctx(t), 0, ev("turn/start", 1, "")); err != nil {
@@ -255,7 +245,7 @@ func TestLandedWriteIsRecognised(t *testing.T) {
 // TestAppendReportsUnknownOutcome: an append that gives up after 503s
 // cannot know whether a write landed, and must say so.
 func TestAppendReportsUnknownOutcome(t *testing.T) {
-	mem := openURL(t, "mem://", nil)
+	mem := storetest.Open(t, "mem://", nil)
 	f := storetest.NewFaulty(mem, 1, storetest.Rates{Unavailable: 1})
 	a := openLog(t, f, loc).NewAppender("")
 	c, cancel := context.WithTimeout(ctx(t), 200*time.Millisecond)
@@ -271,7 +261,7 @@ func TestAppendReportsUnknownOutcome(t *testing.T) {
 }
 
 func TestStaleWriter(t *testing.T) {
-	lg := openLog(t, openURL(t, "mem://", nil), loc)
+	lg := openLog(t, storetest.Open(t, "mem://", nil), loc)
 	a, b := lg.NewAppender("a"), lg.NewAppender("b")
 	if err := a.AppendAt(ctx(t), 0, ev("turn/start", 1, ""), ev("user/message", 1, "")); err != nil {
 		t.Fatal(err)
@@ -296,7 +286,7 @@ func TestStaleWriter(t *testing.T) {
 }
 
 func TestAppendRejectsBadEvents(t *testing.T) {
-	mem := openURL(t, "mem://", nil)
+	mem := storetest.Open(t, "mem://", nil)
 	a := openLog(t, mem, loc).NewAppender("")
 	for _, bad := range []string{`{"type":"x"`, `[1]`, `"s"`, `{"seq":3,"type":"x"}`, `{"seq":null,"type":"x"}`, `{"type":"x","turn":"one"}`, `{"turn":1}`, ``} {
 		if _, err := a.Append(ctx(t), []byte(bad)); err == nil {
@@ -314,7 +304,7 @@ func TestAppendRejectsBadEvents(t *testing.T) {
 // TestEventsRoundTrip: events come back as written (compacted, with a seq
 // in front), unknown fields and types included.
 func TestEventsRoundTrip(t *testing.T) {
-	lg := openLog(t, openURL(t, "mem://", nil), loc)
+	lg := openLog(t, storetest.Open(t, "mem://", nil), loc)
 	a := lg.NewAppender("")
 	in := "{\n  \"type\": \"vendor/thing\", \"turn\": 1,\n  \"x\": {\"nested\": [1, 2]} }"
 	if _, err := a.Append(ctx(t), []byte(in)); err != nil {
@@ -338,7 +328,7 @@ func TestEventsStopAtABrokenEvent(t *testing.T) {
 		{"a field", string(ev("user/message", 1, `,"content":5`)), `seq 2: field "content": want an array of blocks, a string or null, got a number`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			lg := openLog(t, openURL(t, "mem://", nil), loc)
+			lg := openLog(t, storetest.Open(t, "mem://", nil), loc)
 			if _, err := lg.NewAppender("").Append(ctx(t), ev("turn/start", 1, ""), ev("turn/end", 1, `,"reason":"stop"`), []byte(c.broken), ev("turn/start", 2, "")); err != nil {
 				t.Fatal(err)
 			}
@@ -385,7 +375,7 @@ func writeTurns(t testing.TB, lg *sessionlog.Log, turns, k int, perEvent bool) {
 }
 
 func TestHead(t *testing.T) {
-	c := storetest.NewCounting(openURL(t, "mem://", nil))
+	c := storetest.NewCounting(storetest.Open(t, "mem://", nil))
 	lg := openLog(t, c, loc)
 	h, err := lg.Head(ctx(t))
 	if err != nil || h.Next != 0 || h.Head() != -1 || h.LastTurnEnd != nil {
@@ -427,7 +417,7 @@ func TestHead(t *testing.T) {
 }
 
 func TestReadRanges(t *testing.T) {
-	c := storetest.NewCounting(openURL(t, "mem://", nil))
+	c := storetest.NewCounting(storetest.Open(t, "mem://", nil))
 	lg := openLog(t, c, loc)
 	writeTurns(t, lg, 10, 8, false) // 10 segments of 10 events
 	for _, r := range []struct{ from, through, want int64 }{
@@ -481,7 +471,7 @@ func TestBadData(t *testing.T) {
 			"log/notes: not a segment name"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			mem := openURL(t, "mem://", nil)
+			mem := storetest.Open(t, "mem://", nil)
 			lg := openLog(t, mem, loc)
 			for name, data := range c.objects {
 				key := "sessions/default/chat/6b1f0c2e-uid/log/" + name
@@ -629,7 +619,7 @@ func (b *slowCopies) PutIfAbsent(ctx context.Context, key string, data []byte, m
 // workers trust the head; a log with holes behind it was once assembled as
 // if it were whole.
 func TestCopiedPrefixIsWholeWhenItsHeadIsAtTheCut(t *testing.T) {
-	mem := openURL(t, "mem://", nil)
+	mem := storetest.Open(t, "mem://", nil)
 	src := openLog(t, mem, loc)
 	writeTurns(t, src, 10, 8, false) // segments 0–9, 10–19, … 90–99
 	for _, cut := range []int64{99, 95} {
@@ -721,7 +711,7 @@ func TestDeleteIsolation(t *testing.T) {
 }
 
 func TestDerived(t *testing.T) {
-	mem := openURL(t, "mem://", nil)
+	mem := storetest.Open(t, "mem://", nil)
 	lg := openLog(t, mem, loc)
 	writeTurns(t, lg, 1, 1, false)
 	for _, v := range []string{"v1", "v2"} {

@@ -34,10 +34,10 @@ func TestForkTreesShareTranscriptsProperty(t *testing.T) {
 		open  func(t *testing.T) store.Bucket
 		steps int
 	}{
-		{"file", func(t *testing.T) store.Bucket { return openBucket(t, "file://"+t.TempDir(), nil) }, 50},
+		{"file", func(t *testing.T) store.Bucket { return storetest.Open(t, "file://"+t.TempDir(), nil) }, 50},
 		{"versitygw", func(t *testing.T) store.Bucket {
 			srv := versitygw.Start(t)
-			return openBucket(t, srv.URL, srv.Options())
+			return storetest.Open(t, srv.URL, srv.Options())
 		}, 40},
 	} {
 		t.Run(be.name, func(t *testing.T) {
@@ -52,16 +52,6 @@ func TestForkTreesShareTranscriptsProperty(t *testing.T) {
 			}
 		})
 	}
-}
-
-func openBucket(t *testing.T, url string, opts *store.Options) store.Bucket {
-	t.Helper()
-	b, err := store.Open(context.Background(), url, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	return b
 }
 
 // treeSession is what the property test expects of one Session.

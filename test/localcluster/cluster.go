@@ -147,8 +147,14 @@ type Cluster struct {
 	// logFiles receive etcd's and kube-apiserver's output.
 	logFiles     []*os.File
 	apiserverLog *os.File
-	// apiserver is the kube-apiserver RestartAPIServer started, if any.
-	apiserver *apiserverProcess
+	// apiserver and etcd are what RestartAPIServer and LoseControlPlane
+	// started again, if anything.
+	apiserver, etcd *restartedProcess
+	etcdLog         *os.File
+	// binDir, crdPaths and manifestPaths are what Start was given, for a
+	// control plane started again.
+	binDir                  string
+	crdPaths, manifestPaths []string
 }
 
 // Start starts a local cluster and returns once the node is Ready and pods
@@ -163,7 +169,10 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{Dir: opts.StateDir, KubectlPath: filepath.Join(binDir, "kubectl"), NodeName: opts.NodeName}
+	c := &Cluster{
+		Dir: opts.StateDir, KubectlPath: filepath.Join(binDir, "kubectl"), NodeName: opts.NodeName,
+		binDir: binDir, crdPaths: opts.CRDDirectoryPaths, manifestPaths: opts.ManifestPaths,
+	}
 	if c.NodeName == "" {
 		c.NodeName = DefaultNodeName
 	}
@@ -207,7 +216,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 	if c.cnode != nil {
-		err = c.startContainerNode(ctx, binDir, opts.ImageArchives)
+		err = c.startContainerNode(ctx, opts.ImageArchives)
 	} else {
 		err = c.startNode(ctx, opts, images)
 	}
@@ -229,6 +238,7 @@ func (c *Cluster) startControlPlane(binDir string, crds []string) error {
 	if err != nil {
 		return err
 	}
+	c.etcdLog = etcdLog
 	apiserverLog, err := c.createLog("kube-apiserver")
 	if err != nil {
 		return err
@@ -273,6 +283,18 @@ func (c *Cluster) createLog(name string) (*os.File, error) {
 	}
 	c.logFiles = append(c.logFiles, f)
 	return f, nil
+}
+
+// install installs the CRDs and manifests Start was given into a control
+// plane started again on empty etcd.
+func (c *Cluster) install(ctx context.Context) error {
+	if _, err := envtest.InstallCRDs(c.RESTConfig, envtest.CRDInstallOptions{Paths: c.crdPaths, ErrorIfPathMissing: true}); err != nil {
+		return fmt.Errorf("installing CRDs: %w", err)
+	}
+	if err := kubeapply.Apply(ctx, c.RESTConfig, c.manifestPaths...); err != nil {
+		return fmt.Errorf("installing manifests: %w", err)
+	}
+	return nil
 }
 
 // startControllers starts kube-controller-manager and kube-scheduler as
@@ -441,7 +463,7 @@ func (c *Cluster) Stop() error {
 		c.components[i].stop()
 	}
 	c.components = nil
-	c.stopRestartedAPIServer()
+	c.stopRestarted()
 	if c.env != nil {
 		if err := c.env.Stop(); err != nil {
 			errs = append(errs, fmt.Errorf("stopping etcd and kube-apiserver: %w", err))

@@ -275,7 +275,10 @@ func waitForPodOf(t *testing.T, cs kubernetes.Interface, ns, selector string, do
 	// Generous: a replacement waits out the Job controller's backoff for
 	// the pod that failed, and on a busy machine the controller manager
 	// and the node take their time; a slow machine must not make it red.
-	waitFor(t, 3*time.Minute, fmt.Sprintf("a pod in %s matching %q", ns, selector), func() bool {
+	// Past 5 minutes too: a Job controller that missed a pod's event waits
+	// for its expectations to expire (controller.ExpectationsTimeout)
+	// before it syncs the Job again.
+	waitFor(t, 6*time.Minute, fmt.Sprintf("a pod in %s matching %q", ns, selector), func() bool {
 		pods, err := cs.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: selector})
 		if err != nil {
 			return false

@@ -580,12 +580,18 @@ func (c *Cluster) controllerManagerArgs() []string {
 
 // startContainerNode starts containerd and the kubelet, and returns once
 // the node is Ready and schedulable.
-func (c *Cluster) startContainerNode(ctx context.Context, binDir string, archives []string) error {
-	n := c.cnode
-	if err := n.startContainerd(ctx, archives); err != nil {
+func (c *Cluster) startContainerNode(ctx context.Context, archives []string) error {
+	if err := c.cnode.startContainerd(ctx, archives); err != nil {
 		return err
 	}
-	healthz, err := n.startKubelet(binDir, c.Kubeconfig, c.NodeName)
+	return c.startKubelet(ctx)
+}
+
+// startKubelet starts the container node's kubelet, waits until it has
+// registered the node Ready, and makes the node schedulable.
+func (c *Cluster) startKubelet(ctx context.Context) error {
+	n := c.cnode
+	healthz, err := n.startKubelet(c.binDir, c.Kubeconfig, c.NodeName)
 	if err != nil {
 		return err
 	}
