@@ -18,6 +18,7 @@ import (
 	"github.com/turnlog/turnlog/internal/outcome"
 	"github.com/turnlog/turnlog/internal/sessionio"
 	"github.com/turnlog/turnlog/internal/sessionlog"
+	"github.com/turnlog/turnlog/internal/store"
 	"github.com/turnlog/turnlog/internal/turnlog"
 )
 
@@ -53,6 +54,9 @@ type SessionReconciler struct {
 	// set, bounds and tracks its reconciles (watchdog.go).
 	queue    *fairQueue
 	watchdog *watchdog
+	// storeWaiters hold the Sessions whose store's breaker is open, and
+	// wake them when it closes; nil retries them as any failure.
+	storeWaiters *storeWaiters
 	// wakeups are the Sessions a freed local worker slot (slots.wake) or
 	// a finished worker pod run is for.
 	wakeups wakeups
@@ -202,6 +206,11 @@ func (r *SessionReconciler) runSteps(ctx, storeCtx context.Context, s *sessionSc
 // (SetupWithManager); a Session that needs an operator or a nudge stalls
 // (readyReasons); any other waits for its next look.
 func (r *SessionReconciler) outcome(s *sessionScope, err error) outcome.Outcome {
+	if open, ok := errors.AsType[*store.OpenCircuitError](err); ok && r.storeWaiters != nil {
+		// Said in the Ready condition (storeProblem) and, once, in the
+		// manager's log when the breaker opened.
+		return outcome.Wait(r.storeWaiters.wait(open.Store, client.ObjectKeyFromObject(s.session), r.now(), r.PollInterval))
+	}
 	if err != nil {
 		return outcome.Retry(err)
 	}

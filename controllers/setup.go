@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
+	"github.com/turnlog/turnlog/internal/store"
 )
 
 // Worker modes.
@@ -188,6 +189,12 @@ func setupSessions(mgr ctrl.Manager, cfg Config, recorder events.EventRecorder, 
 		}
 	}
 	sessions.wakeups = make(wakeups, 1024)
+	if bc, ok := cfg.Stores.(interface{ OnBreakerClosed(func(string)) }); ok {
+		sessions.storeWaiters = newStoreWaiters(store.DefaultBreakerOpenFor, sessions.wakeups.waker(func(k types.NamespacedName) client.Object {
+			return &turnlogv1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name}}
+		}))
+		bc.OnBreakerClosed(sessions.storeWaiters.closed)
+	}
 	workers, err := newWorkers(mgr, cfg, sessions.wakeups)
 	if err != nil {
 		return err

@@ -39,8 +39,8 @@ func init() { metrics.Registry.MustRegister(storeRequests, storeBreakerState, st
 
 // guardOptions are the options of the circuit breaker of the store name:
 // its state and failures go to the metrics above (from 0, set here), its
-// changes to the manager's log.
-func guardOptions(name string) store.GuardOptions {
+// changes to the manager's log, and its closing to closed, if set.
+func guardOptions(name string, closed func(string)) store.GuardOptions {
 	storeBreakerState.WithLabelValues(name).Set(float64(store.BreakerClosed))
 	for _, kind := range []string{"unavailable", "timeout", "refused"} {
 		storeFailures.WithLabelValues(name, kind) // at 0, so that rate() sees the first failure
@@ -55,6 +55,11 @@ func guardOptions(name string) store.GuardOptions {
 				return
 			}
 			log.Info("circuit breaker "+to.String(), "lastFailure", fmt.Sprint(last))
+			if to == store.BreakerClosed && closed != nil {
+				// Under the breaker's lock: the waking must not wait on
+				// the bucket.
+				go closed(name)
+			}
 		},
 		OnFailure: func(name, kind string) { storeFailures.WithLabelValues(name, kind).Inc() },
 	}

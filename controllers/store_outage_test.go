@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/internal/sessionio"
@@ -163,6 +164,13 @@ var _ = Describe("One store's outage", Ordered, func() {
 		Expect(testutil.ToFloat64(storeFailures.WithLabelValues("dead", "unavailable"))).To(BeNumerically(">", 0))
 		Expect(testutil.ToFloat64(storeFailures.WithLabelValues("hanging", "timeout"))).To(BeNumerically(">", 0))
 
+		By("A's Sessions waiting for their stores, not each retrying: no failed reconcile in 20s of the outage")
+		failedBefore := reconcileErrors("session")
+		time.Sleep(20 * time.Second)
+		failedDuring := reconcileErrors("session") - failedBefore
+		Expect(failedDuring).To(BeNumerically("<=", 2),
+			"failed reconciles of Sessions in 20s with %d Sessions on two stores whose breakers are open (each a \"Reconciler error\" in the manager's log)", 2*perStore)
+
 		By("the dead store comes back: its Sessions recover on their own")
 		dead.start()
 		back := time.Now()
@@ -197,6 +205,29 @@ var _ = Describe("One store's outage", Ordered, func() {
 		Expect(outageForks[0]).To(BeNumerically("<", quietForks[0]+20*time.Second))
 	})
 })
+
+// reconcileErrors is controller's failed reconciles so far
+// (controller_runtime_reconcile_errors_total), each a "Reconciler error"
+// in the manager's log.
+func reconcileErrors(controller string) float64 {
+	GinkgoHelper()
+	fams, err := metrics.Registry.Gather()
+	Expect(err).NotTo(HaveOccurred())
+	n := 0.0
+	for _, f := range fams {
+		if f.GetName() != "controller_runtime_reconcile_errors_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" && l.GetValue() == controller {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return n
+}
 
 // hangingS3 is the URL of an S3 endpoint that accepts connections and
 // never answers (a dead proxy, a stuck gateway), until the spec ends.

@@ -98,16 +98,29 @@ type BucketCache struct {
 	Configured map[string]StoreConfig
 
 	buckets *store.Buckets
+	// closed is told the name of a store whose breaker closed again.
+	closed func(string)
 }
+
+// OnBreakerClosed has f told the name of each store whose breaker closes
+// again (the name in its OpenCircuitError). It must be set before the
+// cache opens a store.
+func (c *BucketCache) OnBreakerClosed(f func(string)) { c.closed = f }
 
 // NewBucketCache checks configs (names unique, each valid) and returns a
 // cache serving them, opened with opts.
 func NewBucketCache(configs []StoreConfig, opts *store.Options) (*BucketCache, error) {
 	c := &BucketCache{Configured: map[string]StoreConfig{}}
 	c.buckets = store.NewBuckets(store.BucketsOptions{
-		Open:  opts,
-		Guard: func(url string) store.GuardOptions { return guardOptions(c.namesOf(url)) },
-		Wrap:  func(b store.Bucket) store.Bucket { return metered(b) },
+		Open: opts,
+		Guard: func(url string) store.GuardOptions {
+			return guardOptions(c.namesOf(url), func(name string) {
+				if c.closed != nil {
+					c.closed(name)
+				}
+			})
+		},
+		Wrap: func(b store.Bucket) store.Bucket { return metered(b) },
 	})
 	for _, sc := range configs {
 		if err := sc.Validate(); err != nil {
