@@ -24,7 +24,6 @@ import (
 	"k8s.io/client-go/util/cert"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	turnlogv1 "github.com/turnlog/turnlog/api/v1alpha1"
 	"github.com/turnlog/turnlog/internal/worker"
@@ -446,24 +445,7 @@ func readyMessage(s *turnlogv1.Session) string {
 // made that found nothing to delete.
 func poolDeletesOfNothing() float64 {
 	GinkgoHelper()
-	fams, err := metrics.Registry.Gather()
-	Expect(err).NotTo(HaveOccurred())
-	n := 0.0
-	for _, f := range fams {
-		if f.GetName() != "rest_client_requests_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["method"] == "DELETE" && labels["code"] == "404" {
-				n += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return n
+	return counterTotal("rest_client_requests_total", map[string]string{"method": "DELETE", "code": "404"})
 }
 
 // poolFreePort is a port on 127.0.0.1 nothing listens on.

@@ -211,22 +211,41 @@ var _ = Describe("One store's outage", Ordered, func() {
 // in the manager's log.
 func reconcileErrors(controller string) float64 {
 	GinkgoHelper()
+	return counterTotal("controller_runtime_reconcile_errors_total", map[string]string{"controller": controller})
+}
+
+// counterTotal sums the series of the counter name in this process's
+// metrics registry whose labels include match.
+func counterTotal(name string, match map[string]string) float64 {
+	GinkgoHelper()
 	fams, err := metrics.Registry.Gather()
 	Expect(err).NotTo(HaveOccurred())
 	n := 0.0
 	for _, f := range fams {
-		if f.GetName() != "controller_runtime_reconcile_errors_total" {
+		if f.GetName() != name {
 			continue
 		}
 		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "controller" && l.GetValue() == controller {
-					n += m.GetCounter().GetValue()
-				}
+				labels[l.GetName()] = l.GetValue()
+			}
+			if matchesLabels(labels, match) {
+				n += m.GetCounter().GetValue()
 			}
 		}
 	}
 	return n
+}
+
+// matchesLabels: labels has every label of match, with its value.
+func matchesLabels(labels, match map[string]string) bool {
+	for k, v := range match {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
 }
 
 // hangingS3 is the URL of an S3 endpoint that accepts connections and

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/turnlog/turnlog/internal/store"
+	"github.com/turnlog/turnlog/internal/testutil/storetest"
 )
 
 // A host can write its own Session's directories in a file:// store and
@@ -24,7 +25,7 @@ import (
 // with an error naming the entry, and leave every other file as it was.
 func TestFileRefusesLinksAndSpecialFiles(t *testing.T) {
 	dir := t.TempDir()
-	b := open(t, "file://"+dir, nil)
+	b := storetest.Open(t, "file://"+dir, nil)
 	ctx := context.Background()
 
 	// The other namespace, written through the store, and a file outside it.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/turnlog/turnlog/internal/store"
+	"github.com/turnlog/turnlog/internal/testutil/storetest"
 )
 
 // flakyBucket is a mem:// bucket whose requests fail as the test says:
@@ -35,7 +36,7 @@ type flakyBucket struct {
 
 func newFlaky(t *testing.T) *flakyBucket {
 	t.Helper()
-	mem := open(t, "mem://", nil)
+	mem := storetest.Open(t, "mem://", nil)
 	for _, k := range []string{"p/a", "p/b", "p/c", "k"} {
 		if err := mem.Put(context.Background(), k, []byte("hello"), nil); err != nil {
 			t.Fatal(err)
@@ -707,7 +708,7 @@ func TestGuardDeadS3Endpoint(t *testing.T) {
 	}
 	dead := ln.Addr().String()
 	ln.Close()
-	b := open(t, "s3://logs?region=us-east-1&use_path_style=true&disable_https=true&endpoint="+url.QueryEscape("http://"+dead),
+	b := storetest.Open(t, "s3://logs?region=us-east-1&use_path_style=true&disable_https=true&endpoint="+url.QueryEscape("http://"+dead),
 		&store.Options{AccessKeyID: "AKID", SecretAccessKey: "secret"})
 	var ev events
 	g := store.Guard(b, ev.options("logs", 3, time.Minute))

@@ -13,23 +13,13 @@ import (
 	"github.com/turnlog/turnlog/internal/testutil/versitygw"
 )
 
-func open(t *testing.T, url string, opts *store.Options) store.Bucket {
-	t.Helper()
-	b, err := store.Open(context.Background(), url, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	return b
-}
-
 func TestConformanceMem(t *testing.T) {
-	storetest.Run(t, open(t, "mem://", nil), "conformance")
+	storetest.Run(t, storetest.Open(t, "mem://", nil), "conformance")
 }
 
 func TestConformanceFile(t *testing.T) {
 	dir := t.TempDir()
-	b := open(t, "file://"+dir, nil)
+	b := storetest.Open(t, "file://"+dir, nil)
 	storetest.Run(t, b, "conformance")
 	// Writes leave no temporary files behind.
 	tmp, err := os.ReadDir(filepath.Join(dir, ".turnlog-tmp"))
@@ -43,7 +33,7 @@ func TestConformanceFile(t *testing.T) {
 // here (its create-if-absent lock is per process).
 func TestFileTwoOpeners(t *testing.T) {
 	dir := t.TempDir()
-	a, b := open(t, "file://"+dir, nil), open(t, "file://"+dir, nil)
+	a, b := storetest.Open(t, "file://"+dir, nil), storetest.Open(t, "file://"+dir, nil)
 	ctx := context.Background()
 	for i := range 200 {
 		key := fmt.Sprintf("race/k%03d", i)
@@ -62,7 +52,7 @@ func TestFileTwoOpeners(t *testing.T) {
 
 func TestConformanceVersitygw(t *testing.T) {
 	srv := versitygw.Start(t)
-	storetest.Run(t, open(t, srv.URL, srv.Options()), "conformance")
+	storetest.Run(t, storetest.Open(t, srv.URL, srv.Options()), "conformance")
 }
 
 func TestOpenRejectsBadURLs(t *testing.T) {
